@@ -1,0 +1,17 @@
+"""xlabridge: see why ``torch.compile`` on XLA devices is slow, and fix the common traps.
+
+Importing xlabridge needs only torch; torch_xla, Triton and JAX are loaded by the parts
+that use them, and each says what it needs when it is missing.
+"""
+
+from xlabridge.backend import xlabridge_backend
+from xlabridge.errors import DeviceMismatchError, MissingDependencyError, XlabridgeError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DeviceMismatchError",
+    "MissingDependencyError",
+    "XlabridgeError",
+    "xlabridge_backend",
+]
