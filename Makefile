@@ -20,7 +20,7 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m xlabridge.cli report -- $(PY) -m xlabridge.examples.demo
+	$(PY) -m xlabridge.examples.demo
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

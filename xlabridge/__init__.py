@@ -4,12 +4,14 @@ Importing xlabridge needs only torch; torch_xla, Triton and JAX are loaded by th
 that use them, and each says what it needs when it is missing.
 """
 
+from xlabridge._compile import compile
 from xlabridge.backend import xlabridge_backend
 from xlabridge.errors import DeviceMismatchError, MissingDependencyError, XlabridgeError
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "compile",
     "DeviceMismatchError",
     "MissingDependencyError",
     "XlabridgeError",

@@ -14,7 +14,10 @@ from typing import Any
 
 import torch
 
-from xlabridge._placement import Target, resolve_target
+from xlabridge import _optional
+from xlabridge._options import BackendOptions
+from xlabridge._placement import Target, describe_inputs, resolve_target
+from xlabridge.errors import DeviceMismatchError
 
 
 def _compile_with_openxla(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
@@ -30,13 +33,28 @@ def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[An
 
 
 def xlabridge_backend(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    options: dict[str, Any] | None = None,
+    mode: str | None = None,
 ) -> Callable:
     """Compile one Dynamo graph: through ``openxla`` on XLA devices, inductor elsewhere.
 
-    ``kwargs`` holds what ``torch.compile`` forwards (``mode``, ``options``); the XLA path
-    takes no mode, and inductor's own options are not forwarded to it.
+    ``options`` are xlabridge's own (see ``BackendOptions``); ``mode`` is accepted for
+    ``torch.compile``'s sake and not used: the XLA path has no modes, and inductor's are
+    not forwarded so that one script behaves the same on every machine.
     """
-    if resolve_target(gm, example_inputs) is Target.XLA:
+    del mode
+    settings = BackendOptions.from_mapping(options)
+    if settings.device == "xla":
+        _optional.require("torch_xla", "xlabridge backend option device='xla'")
+    target = resolve_target(gm, example_inputs)
+    if target is Target.XLA:
         return _compile_with_openxla(gm, example_inputs)
+    if settings.device == "xla":
+        raise DeviceMismatchError(
+            f"xlabridge: device='xla' was requested, but {describe_inputs(gm, example_inputs)}. "
+            f"Move the model and its inputs to the XLA device with .to(torch_xla.device())."
+        )
     return _compile_with_inductor(gm, example_inputs)

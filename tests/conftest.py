@@ -1,0 +1,33 @@
+"""Shared fixtures: the XLA device (skipped where torch_xla is absent) and a clean Dynamo state."""
+
+import os
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+
+import pytest
+import torch
+
+from xlabridge import _optional
+
+requires_xla = pytest.mark.skipif(
+    not _optional.is_available("torch_xla"), reason="needs torch_xla (pip install 'xlabridge[xla]')"
+)
+requires_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (run through the device machine)"
+)
+
+
+@pytest.fixture
+def xla_device() -> torch.device:
+    if not _optional.is_available("torch_xla"):
+        pytest.skip("needs torch_xla (pip install 'xlabridge[xla]')")
+    import torch_xla
+
+    return torch_xla.device()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

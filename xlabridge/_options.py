@@ -1,0 +1,43 @@
+"""The options the ``xlabridge`` backend takes, validated in one place.
+
+``torch.compile(fn, backend="xlabridge", options={...})`` forwards ``options`` to the
+backend; ``xlabridge.compile`` builds the same dictionary from its keyword arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+DEVICES = ("auto", "xla")
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendOptions:
+    """What a user can ask of the xlabridge backend.
+
+    ``device``: ``"auto"`` compiles graphs on XLA devices through openxla and others through
+    inductor; ``"xla"`` insists on XLA and reports graphs whose tensors are elsewhere.
+    """
+
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"xlabridge option 'device' must be one of {DEVICES}, got {self.device!r}")
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None) -> BackendOptions:
+        """Parse ``torch.compile``'s ``options`` dict, rejecting keys xlabridge does not know."""
+        if options is None:
+            return cls()
+        if not isinstance(options, Mapping):
+            raise TypeError(f"xlabridge 'options' must be a dict, got {type(options).__name__}")
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"xlabridge backend got unknown option(s) {unknown}; expected keys among {sorted(known)}"
+            )
+        return cls(**options)
