@@ -1,0 +1,62 @@
+"""Seeded inputs for the MXFP8 tests: random magnitudes over each dtype's whole range, plus
+blocks built to hit every special case of the spec (zeros, signed zeros, subnormals, NaN,
++-Inf, saturation, round-to-even ties, scale clamping, rceil power-of-two boundaries)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tests.mx._reference import _TABLE
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+ROUNDINGS = ("floor", "rceil")
+
+# log2 range of finite values (subnormals included) for each dtype
+_EXPONENT_RANGE = {torch.float32: (-149, 127), torch.bfloat16: (-133, 127), torch.float16: (-24, 15)}
+
+
+def _special_block(kind: int, rng: np.random.Generator, bs: int, dtype: torch.dtype) -> np.ndarray:
+    lo, hi = _EXPONENT_RANGE[dtype]
+    finfo = torch.finfo(dtype)
+    block = rng.standard_normal(bs) * 2.0 ** rng.integers(lo + 30, hi - 2)
+    if kind == 0:  # all zeros with signed zeros
+        block = np.where(rng.random(bs) < 0.5, -0.0, 0.0)
+    elif kind == 1:  # a NaN
+        block[rng.integers(bs)] = np.nan
+    elif kind == 2:  # an infinity
+        block[rng.integers(bs)] = np.inf if rng.random() < 0.5 else -np.inf
+    elif kind == 3:  # subnormals of the dtype only
+        block = rng.integers(-8, 9, bs) * float(finfo.smallest_normal) / 16
+    elif kind == 4:  # subnormals next to a small normal maximum (scale clamps at 2**-127)
+        block = rng.integers(-8, 9, bs) * float(finfo.smallest_normal) / 16
+        block[0] = float(finfo.smallest_normal) * rng.integers(1, 4)
+    elif kind == 5:  # the dtype's largest values: saturation, largest scales
+        block = np.sign(rng.standard_normal(bs)) * float(finfo.max) * rng.uniform(0.3, 1.0, bs)
+    elif kind == 6:  # exact ties between float8 neighbours under a power-of-two scale
+        e = int(rng.integers(max(lo + 20, -100), min(hi - 10, 100)))
+        i = rng.integers(0, len(_TABLE) - 1, bs)
+        block = (_TABLE[i] + _TABLE[i + 1]) / 2 * 2.0**e * np.where(rng.random(bs) < 0.5, -1, 1)
+        block[0] = 256.0 * 2.0**e  # fixes the floor scale at 2**e
+    elif kind == 7:  # amax at and around 448 * 2**k: the rceil rounding boundary
+        k = int(rng.integers(max(lo + 20, -100), min(hi - 10, 100)))
+        block[0] = 448.0 * 2.0**k * (1 + rng.choice([0.0, 2.0**-10, -(2.0**-10), 2.0**-7]))
+        block[1:] = block[0] * rng.uniform(-1, 1, bs - 1)
+    elif kind == 8:  # exact powers of two and values just under them
+        e = rng.integers(lo + 30, hi - 2, bs)
+        block = 2.0**e * np.where(rng.random(bs) < 0.5, 1.0, 1.0 - 2.0**-7)
+    return block
+
+
+def make_input(shape: tuple[int, ...], dtype: torch.dtype, seed: int, block_size: int = 32, special_fraction: float = 0.4) -> torch.Tensor:
+    """A CPU tensor of ``shape`` and ``dtype``; a ``special_fraction`` of its blocks are special."""
+    rng = np.random.default_rng(seed)
+    lo, hi = _EXPONENT_RANGE[dtype]
+    n_blocks = int(np.prod(shape)) // block_size
+    block_exp = rng.integers(lo + 8, hi - 1, n_blocks)[:, None]
+    spread = rng.integers(-12, 1, (n_blocks, block_size))
+    values = rng.standard_normal((n_blocks, block_size)) * 2.0 ** (block_exp + spread)
+    for b in np.nonzero(rng.random(n_blocks) < special_fraction)[0]:
+        values[b] = _special_block(int(rng.integers(0, 9)), rng, block_size, dtype)
+    with np.errstate(over="ignore"):
+        return torch.from_numpy(values.reshape(shape)).to(dtype)

@@ -1,0 +1,183 @@
+"""How many kernels XLA makes of a function: the optimized HLO and its kernel count.
+
+``kernel_count(fn, *args)`` traces ``fn`` on the XLA device (the lazy graph that both eager
+torch_xla and ``torch.compile(backend="openxla")`` hand to XLA), compiles that graph with
+torch_xla's own XLA, and counts the kernels of the optimized entry computation: each fusion,
+each custom call, and each other operation that does work (a lone copy, reduce, sort...).
+Parameters, constants, tuples and bitcasts are free and not counted; ``call`` wrappers (XLA:CPU
+puts each parallel fusion in one) are looked through.
+
+XLA reads its dump options once per process, when it is first configured, so the compilation
+runs in a fresh Python process (``python -m xlabridge.hlo``) with ``--xla_dump_to`` set: the
+HLO is the one torch_xla compiles, with the same device type. That costs a few seconds.
+
+``parse_kernels(hlo_text)`` does the counting alone, for optimized HLO from anywhere (JAX's
+``jit(f).lower(x).compile().as_text()``, an ``--xla_dump_to`` file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from xlabridge import _optional
+
+__all__ = ["KernelReport", "kernel_count", "parse_kernels"]
+
+_FREE_OPCODES = frozenset(
+    {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "opt-barrier", "partition-id", "replica-id"}
+)
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+(?P<opcode>[\w\-]+)\(")
+_COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[\w.\-]+)\s.*\{\s*$")
+_CALLEE = re.compile(r"to_apply=%?(?P<callee>[\w.\-]+)")
+_FUSION_KIND = re.compile(r"kind=(?P<kind>k\w+)")
+_CUSTOM_TARGET = re.compile(r'custom_call_target="(?P<target>[^"]+)"')
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelReport:
+    """Kernels of an optimized HLO module's entry computation.
+
+    ``kernels`` names each one (``fusion/kLoop/<name>``, ``custom-call/<target>``, or the opcode
+    of an unfused operation); ``hlo`` is the optimized module text.
+    """
+
+    count: int
+    kernels: tuple[str, ...]
+    hlo: str
+
+    def __str__(self) -> str:
+        return f"{self.count} kernel(s): " + ", ".join(self.kernels)
+
+
+def _computations(hlo_text: str) -> tuple[dict[str, list[str]], str]:
+    bodies: dict[str, list[str]] = {}
+    entry, current = "", None
+    for line in hlo_text.splitlines():
+        if current is None:
+            match = _COMPUTATION.match(line)
+            if match:
+                current = match.group("name")
+                bodies[current] = []
+                if match.group("entry"):
+                    entry = current
+        elif line.strip() == "}":
+            current = None
+        else:
+            bodies[current].append(line)
+    if not entry:
+        raise ValueError("the HLO text has no ENTRY computation")
+    return bodies, entry
+
+
+def parse_kernels(hlo_text: str) -> KernelReport:
+    """Count the kernels of optimized HLO text (see the module docstring for what counts)."""
+    bodies, entry = _computations(hlo_text)
+    kernels: list[str] = []
+
+    def visit(name: str) -> None:
+        for line in bodies[name]:
+            match = _INSTRUCTION.match(line)
+            if not match:
+                continue
+            opcode = match.group("opcode")
+            if opcode in _FREE_OPCODES:
+                continue
+            if opcode == "call" and (callee := _CALLEE.search(line)) and callee.group("callee") in bodies:
+                visit(callee.group("callee"))
+            elif opcode == "fusion":
+                kind = _FUSION_KIND.search(line)
+                kernels.append(f"fusion/{kind.group('kind') if kind else '?'}/{match.group('name')}")
+            elif opcode == "custom-call":
+                target = _CUSTOM_TARGET.search(line)
+                kernels.append(f"custom-call/{target.group('target') if target else '?'}")
+            else:
+                kernels.append(opcode)
+
+    visit(entry)
+    return KernelReport(count=len(kernels), kernels=tuple(kernels), hlo=hlo_text)
+
+
+def _output_tensors(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = [getattr(value, field.name) for field in dataclasses.fields(value)]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [tensor for item in value for tensor in _output_tensors(item)]
+    return []
+
+
+def kernel_count(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> KernelReport:
+    """Compile ``fn(*args, **kwargs)`` for the XLA device and count the kernels XLA makes.
+
+    Tensor arguments are moved to the XLA device first. ``fn`` returns tensors (or lists,
+    tuples, dicts, dataclasses of them, such as an ``MXTensor``); the graph producing them is
+    what gets compiled.
+    """
+    torch_xla = _optional.require("torch_xla", "xlabridge.hlo.kernel_count")
+    import torch
+    import torch_xla.runtime as xr
+
+    device = torch_xla.device()
+    moved = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+    moved_kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    torch_xla.sync()
+    outputs = _output_tensors(fn(*moved, **moved_kwargs))
+    if not outputs:
+        raise ValueError("fn must return at least one tensor computed on the XLA device")
+    proto = torch_xla._XLAC._get_xla_tensors_hlo_proto(outputs)
+    with tempfile.TemporaryDirectory(prefix="xlabridge-hlo-") as workdir:
+        proto_path = os.path.join(workdir, "module.pb")
+        with open(proto_path, "wb") as f:
+            f.write(proto)
+        dump = os.path.join(workdir, "dump")
+        env = dict(os.environ, PJRT_DEVICE=xr.device_type())
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_text".strip()
+        done = subprocess.run(
+            [sys.executable, "-m", "xlabridge.hlo", proto_path], env=env, capture_output=True, text=True, check=False
+        )
+        dumps = sorted(glob.glob(os.path.join(dump, "*after_optimizations.txt")), key=os.path.getmtime)
+        if done.returncode != 0 or not dumps:
+            raise RuntimeError(f"compiling the graph in a torch_xla worker failed:\n{done.stderr[-4000:]}")
+        with open(dumps[-1]) as f:
+            return parse_kernels(f.read())
+
+
+def _compile_module(proto_path: str) -> None:
+    """Worker: compile and run an HLO module proto once on zero inputs (XLA dumps the result)."""
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_builder as xb
+
+    with open(proto_path, "rb") as f:
+        proto = f.read()
+    computation = xb.computation_from_module_proto("xlabridge_kernel_count", proto)
+    program = torch_xla._XLAC._xla_computation_text(computation)
+    entry = program[program.index("ENTRY") :].splitlines()[0]
+    params = re.findall(r"(\w+)\[([\d,]*)\]", entry[: entry.index("->")])
+    dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64,
+              "s32": torch.int32, "s64": torch.int64, "u8": torch.uint8, "s8": torch.int8, "pred": torch.bool,
+              "u32": torch.uint32, "s16": torch.int16, "f8e4m3fn": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2}
+    device = torch_xla.device()
+    inputs = [torch.zeros([int(d) for d in dims.split(",") if d], dtype=dtypes[t]).to(device) for t, dims in params]
+    torch_xla.sync()
+    outputs = torch_xla._XLAC._xla_user_computation("xlabridge::kernel_count", inputs, computation)
+    torch_xla.sync()
+    for out in outputs:
+        out.cpu()
+
+
+if __name__ == "__main__":
+    _compile_module(sys.argv[1])

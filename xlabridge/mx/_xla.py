@@ -1,0 +1,179 @@
+"""The cast on XLA tensors: one XLA computation built with torch_xla's XlaBuilder.
+
+torch_xla 2.9 has no lazy lowering of ``Tensor.view(dtype)`` (bit reinterpretation falls back to
+the CPU, a device round trip), nor of ``frexp``/``exp2``; the cast needs exact exponent
+arithmetic, so it is written as an XLA computation directly (``bitcast-convert``, integer ops,
+``convert`` to ``f8e4m3fn``) and spliced into the lazy graph with ``_xla_user_computation``.
+XLA inlines it, so it fuses with the caller's surrounding ops like any other HLO. Computations
+are built on first use for each (shape, dtype, options) and cached.
+
+torch_xla is imported only here, and only when an XLA tensor reaches the cast.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from xlabridge import _optional
+from xlabridge.mx import _constants as C
+from xlabridge.mx import _formulation
+
+_FEATURE = "xlabridge.mx on XLA devices"
+
+_XLA_TYPES = {
+    torch.float32: "f32",
+    torch.bfloat16: "bf16",
+    torch.float16: "f16",
+    torch.float8_e4m3fn: "f8e4m3fn",
+    torch.uint8: "u8",
+}
+
+
+def _xb():
+    _optional.require("torch_xla", _FEATURE)
+    import torch_xla.core.xla_builder as xb
+
+    return xb
+
+
+class XlaBuilderOps:
+    """``ArrayOps`` over torch_xla ``xla_builder.Op`` values."""
+
+    def __init__(self, xb):
+        self._xb = xb
+
+    def _like(self, a, value):
+        if isinstance(value, (int, float)):
+            shape = a.shape()
+            return self._xb.Op.scalar(a.builder(), value, dtype=shape.dtype)
+        return value
+
+    def _full(self, like, value, dtype):
+        shape = like.shape()
+        return self._xb.Op.scalar(like.builder(), value, dtype=dtype).broadcast(shape.sizes)
+
+    def convert(self, a, dtype):
+        return a.cast(dtype)
+
+    def bitcast(self, a, dtype):
+        return a.bitcast(dtype)
+
+    def add(self, a, b):
+        return a + self._like(a, b)
+
+    def sub(self, a, b):
+        if isinstance(a, (int, float)):
+            return self._like(b, a) - b
+        return a - self._like(a, b)
+
+    def mul(self, a, b):
+        return a * self._like(a, b)
+
+    def bit_and(self, a, b):
+        return a & self._like(a, b)
+
+    def shift_right(self, a, bits):
+        # torch_xla's builder has no ShiftRight op; the formulation only shifts non-negative
+        # values, for which a division by 2**bits is the same (XLA turns it back into a shift).
+        return a / self._like(a, 1 << bits)
+
+    def shift_left(self, a, bits):
+        return a << self._like(a, bits)
+
+    def maximum(self, a, b):
+        return a.max(self._like(a, b))
+
+    def eq(self, a, b):
+        return a == self._like(a, b)
+
+    def ne(self, a, b):
+        return a != self._like(a, b)
+
+    def ge(self, a, b):
+        return a >= self._like(a, b)
+
+    def gt(self, a, b):
+        return a > self._like(a, b)
+
+    def select(self, pred, on_true, on_false):
+        like = on_false if not isinstance(on_false, (int, float)) else on_true
+        dtype = like.shape().dtype
+        if isinstance(on_true, (int, float)):
+            on_true = self._full(pred, on_true, dtype)
+        if isinstance(on_false, (int, float)):
+            on_false = self._full(pred, on_false, dtype)
+        return pred.select(on_true, on_false)
+
+    def clamp(self, a, lo, hi):
+        return a.clamp(self._like(a, lo), self._like(a, hi))
+
+    def reduce_max_last(self, a):
+        shape = a.shape()
+        init = self._xb.Op.scalar(a.builder(), 0, dtype=shape.dtype)
+        return a.reduce(init, lambda lhs, rhs: lhs.max(rhs), [shape.rank - 1])
+
+    def slice_last(self, a, index):
+        sizes = a.shape().sizes
+        sliced = a.slice_in_dim(index, index + 1, len(sizes) - 1)
+        return sliced.reshape(sizes[:-1])
+
+    def expand_last(self, a, size):
+        sizes = tuple(a.shape().sizes)
+        return a.broadcast_in_dim(sizes + (size,), list(range(len(sizes))))
+
+
+def default_strategy() -> str:
+    """``two_pass`` on XLA:CPU, which has no multi-output fusion; ``recompute`` elsewhere."""
+    import torch_xla.runtime as xr
+
+    return "two_pass" if xr.device_type() == "CPU" else "recompute"
+
+
+@functools.lru_cache(maxsize=128)
+def _cast_computation(shape: tuple[int, ...], dtype: torch.dtype, block_size: int, rounding: str, strategy: str):
+    xb = _xb()
+    name = "xlabridge_mxfp8_cast"
+    builder = xb.create_builder(name)
+    x = xb.mkparam(builder, 0, xb.mkshape(_XLA_TYPES[dtype], shape))
+    blocks = x.reshape(shape[:-1] + (shape[-1] // block_size, block_size))
+    data, scale = _formulation.cast_blocks(XlaBuilderOps(xb), blocks, block_size, rounding, strategy)
+    return xb.Op.tuple([data.reshape(shape), scale]).build(name)
+
+
+@functools.lru_cache(maxsize=128)
+def _dequantize_computation(shape: tuple[int, ...], block_size: int, dtype: torch.dtype):
+    xb = _xb()
+    ops = XlaBuilderOps(xb)
+    name = "xlabridge_mxfp8_dequantize"
+    builder = xb.create_builder(name)
+    data = xb.mkparam(builder, 0, xb.mkshape("f8e4m3fn", shape))
+    nblocks = shape[-1] // block_size
+    scale = xb.mkparam(builder, 1, xb.mkshape("u8", shape[:-1] + (nblocks,)))
+    values = data.reshape(shape[:-1] + (nblocks, block_size)).cast("f32")
+    code = ops.expand_last(scale.cast("s32"), block_size)
+    factor = ops.bitcast(
+        ops.select(ops.eq(code, 0), C.F32_HALF_SUBNORMAL_MANTISSA, ops.shift_left(code, C.F32_MANTISSA_BITS)),
+        "f32",
+    )
+    values = ops.select(ops.eq(code, C.E8M0_NAN), float("nan"), ops.mul(values, factor))
+    return xb.Op.tuple([values.reshape(shape).cast(_XLA_TYPES[dtype])]).build(name)
+
+
+def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str, strategy: str | None = None):
+    """``(data, scale)`` of XLA tensor ``x``, as lazy XLA tensors from one XLA computation."""
+    import torch_xla
+
+    computation = _cast_computation(tuple(x.shape), x.dtype, block_size, rounding, strategy or default_strategy())
+    data, scale = torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_cast", [x], computation)
+    return data, scale
+
+
+def from_mxfp8(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
+    """Dequantized XLA tensor of ``dtype``, from one XLA computation."""
+    import torch_xla
+
+    computation = _dequantize_computation(tuple(data.shape), block_size, dtype)
+    (values,) = torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_dequantize", [data, scale], computation)
+    return values
