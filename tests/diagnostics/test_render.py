@@ -1,0 +1,238 @@
+"""The terminal table and the HTML page of a hand-built report.
+
+The HTML is read back with ``html.parser`` (an independent parser), the embedded JSON with
+``json`` and ``Report.from_dict``; expected counts come from the report's own segments.
+"""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from xlabridge.diagnostics import render
+from xlabridge.diagnostics.report import (
+    DynamoBreak,
+    DynamoGraph,
+    HloBreak,
+    Recompile,
+    Report,
+    Segment,
+    XlaGraph,
+)
+
+_VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "source"}
+_SVG_EMPTY = {"rect", "line", "circle", "path"}  # written as <x .../>, reported as startendtag
+EXP2_SUGGESTION = "Use `torch.pow(2.0, x)` instead of `torch.exp2(x)`."
+HOSTILE = 'x < y && "q" </script><b>bold</b>'
+
+
+def _report(cwd: Path, segments: list[list[Segment]] | None = None) -> Report:
+    """Two FX graphs, one Dynamo break, one HLO break on aten::exp2, one recompile."""
+    segments = segments or [
+        [Segment("xla", ["aten::mm", "aten::add"]), Segment("cpu", ["aten::exp2"]), Segment("xla", ["aten::mul"])],
+        [Segment("xla", ["aten::sum"])],
+    ]
+    return Report(
+        environment={"torch": "2.9.0", "torch_xla": "2.9.0", "pjrt_device": "CPU", "tpu_type": "v5litepod-8"},
+        dynamo_graphs=[DynamoGraph("0/0", 7, "openxla", ends_in_break=True), DynamoGraph("1/0", 3, "openxla")],
+        dynamo_breaks=[
+            DynamoBreak(
+                reason="Unsupported Tensor.item() call\n  Explanation: Dynamo does not trace item()",
+                category="tensor-item",
+                filename=str(cwd / "pkg" / "model.py"),
+                lineno=42,
+                function="forward",
+                suggestion="Keep it a 0-dim tensor and use it in tensor ops " * 4,
+            )
+        ],
+        recompiles=[Recompile("tensor 'x' size mismatch at index 0", "/elsewhere/loop.py", 9, "train_step")],
+        xla_graphs=[
+            XlaGraph(i, f"{i}/0", "forward", fx_ops=sum(len(s.ops) for s in segs),
+                     xla_graphs=sum(s.kind == "xla" for s in segs), compiles=2, executions_per_call=2,
+                     transfers_per_call=2, calls=3, segments=segs)
+            for i, segs in enumerate(segments)
+        ],
+        hlo_breaks=[HloBreak("aten::exp2", "cpu-fallback", str(cwd / "pkg" / "layers.py"), 17, "act", EXP2_SUGGESTION)],
+        warnings=[HOSTILE],
+    )
+
+
+class _Page(HTMLParser):
+    """Checks tag nesting and collects svgs, classed elements inside them and the JSON script."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.svgs: list[dict[str, int]] = []
+        self.titles: list[list[str]] = []
+        self.scripts: dict[str, str] = {}
+        self.text: list[str] = []
+        self._script_id: str | None = None
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        if tag == "svg":
+            self.svgs.append({})
+            self.titles.append([])
+        else:
+            self._count_classes(attributes)
+        if tag == "script":
+            self._script_id = attributes.get("id") or ""
+            self.scripts[self._script_id] = ""
+        self._in_title = tag == "title" and "svg" in self.stack
+        if tag not in _VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in _SVG_EMPTY or "svg" not in self.stack:
+            self.errors.append(f"unexpected self-closing <{tag}/>")
+        self._count_classes(dict(attrs))
+
+    def _count_classes(self, attributes: dict[str, str | None]) -> None:
+        if "svg" in self.stack:
+            for css in (attributes.get("class") or "").split():
+                self.svgs[-1][css] = self.svgs[-1].get(css, 0) + 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+            return
+        self.stack.pop()
+        self._in_title = False
+        if tag == "script":
+            self._script_id = None
+
+    def handle_data(self, data: str) -> None:
+        if self._script_id is not None:
+            self.scripts[self._script_id] += data
+        elif self._in_title:
+            self.titles[-1].append(data)
+        else:
+            self.text.append(data)
+
+
+def _parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    page.close()
+    return page
+
+
+@pytest.fixture
+def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Report:
+    monkeypatch.chdir(tmp_path)
+    return _report(tmp_path)
+
+
+def test_table_names_every_break_and_count(report: Report) -> None:
+    table = render.format_table(report)
+    assert str(report) == table
+    for text in ("pkg/model.py:42 (forward)", "tensor-item", "Unsupported Tensor.item() call",
+                 "pkg/layers.py:17 (act)", "aten::exp2", "cpu-fallback",
+                 "/elsewhere/loop.py:9 (train_step)", "tensor 'x' size mismatch at index 0",
+                 "2 graphs, 1 break, 1 recompile", "2 FX graphs through the XLA bridge, 1 break",
+                 "torch 2.9.0", "torch_xla 2.9.0", "PJRT CPU", "TPU v5litepod-8", HOSTILE):
+        assert text in table, text
+    assert "Explanation" not in table  # only the first line of a reason
+    words = table.split()
+    assert "pkg/model.py:42" in words and "pkg/layers.py:17" in words  # under the cwd: relative
+    assert "/elsewhere/loop.py:9" in words  # outside it: as recorded
+    assert max(len(line) for line in table.splitlines()) <= render.WIDTH
+
+
+def test_table_rows_per_xla_graph(report: Report) -> None:
+    lines = render.format_table(report).splitlines()
+    for graph in report.xla_graphs:
+        row = [str(graph.index), graph.role, str(graph.fx_ops), str(graph.xla_graphs), str(graph.compiles),
+               str(graph.executions_per_call), str(graph.transfers_per_call)]
+        assert any(line.split() == row for line in lines), row
+
+
+def test_table_wraps_long_suggestions_instead_of_cutting_them(report: Report) -> None:
+    table = render.format_table(report)
+    words = report.dynamo_breaks[0].suggestion.split()
+    assert " ".join(table.split()).count(" ".join(words[:6])) >= 1
+    assert table.split().count("tensor") >= words.count("tensor")
+
+
+def test_empty_report_says_so() -> None:
+    table = render.format_table(Report())
+    assert "no graphs observed" in table
+    assert "Dynamo:" not in table
+
+
+def test_html_is_well_formed_and_self_contained(report: Report, tmp_path: Path) -> None:
+    path = report.to_html(tmp_path / "report.html")
+    assert path == tmp_path / "report.html"
+    page = _parse(path)
+    assert page.errors == []
+    assert page.stack == []
+    raw = path.read_text(encoding="utf-8")
+    for external in ("<link", "src=", "@import", "url(http", "https://"):
+        assert external not in raw, external
+
+
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        ["xla"],
+        ["xla", "cpu", "xla"],
+        ["cpu", "xla"],
+        ["xla", "cpu", "cpu", "xla", "cpu", "xla"],
+    ],
+)
+def test_one_svg_per_fx_graph_with_its_boxes(kinds: list[str], tmp_path: Path) -> None:
+    segments = [
+        Segment(kind, [f"aten::op{i}", "aten::extra"] if kind == "xla" else [f"aten::cpu{i}"])
+        for i, kind in enumerate(kinds)
+    ]
+    report = _report(tmp_path, [segments, [Segment("xla", ["aten::sum"])]])
+    page = _parse(render.write_html(report, tmp_path / "r.html"))
+    assert len(page.svgs) == len(report.xla_graphs)
+    first = page.svgs[0]
+    cuts = sum(a != b for a, b in zip(kinds, kinds[1:]))
+    assert first.get("seg-xla", 0) == kinds.count("xla")
+    assert first.get("seg-cpu", 0) == kinds.count("cpu")
+    assert first.get("flow", 0) == len(kinds) - 1
+    assert first.get("transfer", 0) == cuts
+    assert page.svgs[1] == {"seg-xla": 1}
+    titles = " ".join(page.titles[0])
+    for segment in segments:
+        for op in segment.ops:
+            assert op in titles
+    xla_labels = [f"XLA graph {k} (2 ops)" for k in range(1, kinds.count("xla") + 1)]
+    for label in xla_labels:
+        assert label in titles
+
+
+def test_embedded_json_round_trips(report: Report, tmp_path: Path) -> None:
+    page = _parse(report.to_html(tmp_path / "r.html"))
+    data = json.loads(page.scripts["xlabridge-report"])
+    assert Report.from_dict(data) == report
+
+
+def test_html_escapes_text(report: Report, tmp_path: Path) -> None:
+    report.hlo_breaks[0].op = "aten::<exp2>"
+    path = report.to_html(tmp_path / "r.html")
+    raw = path.read_text(encoding="utf-8")
+    assert "<b>bold</b>" not in raw
+    assert "aten::<exp2>" not in raw
+    assert raw.count("</script>") == 1  # only the closing tag of the JSON block
+    page = _parse(path)
+    text = "".join(page.text)
+    assert HOSTILE in text
+    assert "aten::<exp2>" in text
+    assert Report.from_dict(json.loads(page.scripts["xlabridge-report"])) == report
+
+
+def test_empty_report_html(tmp_path: Path) -> None:
+    page = _parse(render.write_html(Report(), tmp_path / "empty.html"))
+    assert page.errors == []
+    assert page.svgs == []
+    assert "no graphs observed" in "".join(page.text)
+    assert Report.from_dict(json.loads(page.scripts["xlabridge-report"])) == Report()
