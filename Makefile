@@ -20,7 +20,7 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m xlabridge.examples.demo
+	$(PY) -m xlabridge.cli report --json xlabridge-demo.json --html xlabridge-demo.html -- $(PY) -m xlabridge.examples.demo
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

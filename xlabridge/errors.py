@@ -11,3 +11,7 @@ class MissingDependencyError(XlabridgeError, ImportError):
 
 class DeviceMismatchError(XlabridgeError, ValueError):
     """Inputs of one compiled graph live on devices that cannot be compiled together."""
+
+
+class DiagnosticsWarning(UserWarning):
+    """Part of the diagnostics could not be collected; the model ran unchanged."""

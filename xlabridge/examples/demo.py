@@ -34,7 +34,7 @@ class TinyLM(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         hidden = self.embed(ids)
-        hidden = hidden * torch.exp2(self.log2_temperature)
+        hidden = hidden * torch.exp2(self.log2_temperature.clamp(-4.0, 4.0))
         hidden = hidden + self.down(torch.nn.functional.gelu(self.up(self.norm(hidden))))
         if hidden.abs().max().item() > 50.0:
             hidden = hidden / 50.0

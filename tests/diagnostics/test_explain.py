@@ -1,0 +1,209 @@
+"""explain/diagnose against independent references: torch._dynamo.explain for the Dynamo
+side, torch_xla's own metrics for the HLO side, and the source lines of this file."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import warnings
+
+import pytest
+import torch
+
+import xlabridge.diagnostics as xd
+from tests import models
+from tests.conftest import requires_xla
+from xlabridge.diagnostics import _collector
+from xlabridge.errors import DiagnosticsWarning
+
+pytestmark = requires_xla
+
+
+def _line_of(fn, marker: str) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if marker in line)
+
+
+def branch_on_value(x):
+    y = x.sin()
+    if y.sum() > 0:  # BREAK
+        return y.cos()
+    return y.tan()
+
+
+def calls_print(x):
+    y = x.sin()
+    print("step")  # BREAK
+    return y.cos()
+
+
+def calls_item(x):
+    y = x.sin()
+    scale = y.sum().item()  # BREAK
+    return y * scale
+
+
+def calls_nonzero(x):
+    y = x.sin()
+    index = torch.nonzero(y > 0)  # BREAK
+    return index.float().sum() + y.sum()
+
+
+def calls_deepcopy(x):
+    y = x.sin()
+    z = copy.deepcopy(y)  # BREAK
+    return z.cos()
+
+
+def calls_exp2(x):
+    y = (x * 3).sin()
+    z = torch.exp2(y)  # FALLBACK
+    return (z + 1).cos()
+
+
+DYNAMO_CASES = [
+    (branch_on_value, "data-dependent-branch"),
+    (calls_print, "print-or-logging"),
+    (calls_item, "tensor-item"),
+    (calls_nonzero, "dynamic-shape-op"),
+    (calls_deepcopy, "deepcopy"),
+]
+
+
+@pytest.mark.parametrize(("fn", "category"), DYNAMO_CASES, ids=[f.__name__ for f, _ in DYNAMO_CASES])
+def test_dynamo_breaks_match_torch_dynamo_explain(fn, category, xla_device):
+    x = torch.randn(16, device=xla_device)
+    expected = torch._dynamo.explain(fn)(x)
+    report = xd.explain(fn)(x)
+
+    assert report.graph_count == expected.graph_count
+    assert report.break_count == len(expected.break_reasons) == expected.graph_break_count
+    assert [b.reason for b in report.dynamo_breaks] == [
+        r.reason.strip().splitlines()[0] for r in expected.break_reasons
+    ]
+    (only,) = report.dynamo_breaks
+    assert only.category == category
+    assert (only.filename, only.lineno, only.function) == (__file__, _line_of(fn, "# BREAK"), fn.__name__)
+    assert only.suggestion
+    assert report.hlo_break_count == 0
+
+
+def test_exp2_is_an_hlo_break_matching_torch_xla_fallback_metrics(xla_device):
+    import torch_xla
+    import torch_xla.debug.metrics as met
+
+    x = torch.randn(64, device=xla_device)
+    with xd.diagnose() as report:
+        compiled = torch.compile(calls_exp2, backend="openxla")
+        compiled(x)
+        met.clear_all()
+        compiled(x)
+        torch_xla.sync()
+        executions = met.metric_data("RunCachedGraphOutputData")[0]
+        fallback_ops = met.executed_fallback_ops()
+
+    assert report.graph_count == 1 and report.break_count == 0
+    assert [b.op for b in report.hlo_breaks] == fallback_ops == ["aten::exp2"]
+    (hlo_break,) = report.hlo_breaks
+    assert (hlo_break.filename, hlo_break.lineno) == (__file__, _line_of(calls_exp2, "# FALLBACK"))
+    assert "torch.pow(2.0, x)" in hlo_break.suggestion
+    (graph,) = report.xla_graphs
+    assert [s.kind for s in graph.segments] == ["xla", "cpu", "xla"]
+    assert graph.xla_graphs == 2
+    assert graph.executions_per_call == executions == 2
+    assert graph.transfers_per_call == 2
+    assert graph.calls == 2
+
+
+def test_lowering_rewrite_removes_the_hlo_break(xla_device):
+    def with_pow(x):
+        return (torch.pow(2.0, (x * 3).sin()) + 1).cos()
+
+    report = xd.explain(with_pow)(torch.randn(64, device=xla_device))
+    assert report.hlo_break_count == 0
+    assert [g.xla_graphs for g in report.xla_graphs] == [1]
+
+
+def test_recompiles_from_new_shapes_carry_guard_reasons(xla_device):
+    def scaled(x):
+        return x * 2
+
+    compiled = torch.compile(scaled, backend="openxla", dynamic=False)
+    with xd.diagnose() as report:
+        for size in (4, 8, 8, 16):
+            compiled(torch.randn(size, device=xla_device))
+    assert report.graph_count == 3
+    assert len(report.recompiles) == 2
+    for recompile in report.recompiles:
+        assert "size mismatch" in recompile.reason
+        assert (recompile.filename, recompile.function) == (__file__, "scaled")
+
+
+def test_diagnose_does_not_change_results_or_add_executions(xla_device):
+    import torch_xla.debug.metrics as met
+
+    def step(backend: str, observe: bool):
+        torch._dynamo.reset()
+        model, inputs = models.build("gpt2", xla_device)
+        compiled = torch.compile(model, backend=backend)
+        with xd.diagnose() if observe else _no_report():
+            loss = models.loss_of(compiled(**inputs))
+            loss.backward()
+            met.clear_all()
+            loss = models.loss_of(compiled(**inputs))
+            loss.backward()
+            runs = met.metric_data("RunCachedGraphOutputData")[0]
+        grads = [p.grad.cpu() for p in model.parameters() if p.grad is not None]
+        return loss.cpu(), grads, runs
+
+    plain_loss, plain_grads, plain_runs = step("openxla", observe=False)
+    seen_loss, seen_grads, seen_runs = step("openxla", observe=True)
+    assert torch.equal(plain_loss, seen_loss)
+    assert all(torch.equal(a, b) for a, b in zip(plain_grads, seen_grads))
+    assert seen_runs == plain_runs
+
+
+class _no_report:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_a_failure_in_collection_warns_once_and_the_model_still_runs(xla_device, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated bookkeeping bug")
+
+    monkeypatch.setattr(_collector.Collector, "record_extraction", broken)
+    x = torch.randn(64, device=xla_device)
+    expected = torch.compile(calls_exp2, backend="openxla")(x).cpu()
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = xd.explain(calls_exp2)(x)
+    messages = [str(w.message) for w in caught if issubclass(w.category, DiagnosticsWarning)]
+    assert len(messages) == 1 and "simulated bookkeeping bug" in messages[0]
+    assert report.warnings == messages
+    assert report.graph_count == 1
+    torch._dynamo.reset()
+    with xd.diagnose():
+        actual = torch.compile(calls_exp2, backend="xlabridge")(x).cpu()
+    assert torch.equal(actual, expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2", "bert", "t5", "llama", "resnet18"])
+def test_real_models_match_torch_dynamo_explain(name, xla_device):
+    model, inputs = models.build(name, xla_device)
+    model.eval()
+    batch = models.without_labels(model, inputs)
+    expected = torch._dynamo.explain(model)(**batch)
+    report = xd.explain(model)(**batch)
+    assert report.graph_count == expected.graph_count
+    assert report.break_count == len(expected.break_reasons)
+    for dynamo_break in report.dynamo_breaks:
+        assert "/torch/" not in dynamo_break.filename and "/xlabridge/" not in dynamo_break.filename
+        assert dynamo_break.lineno > 0
+    assert report.xla_graphs and all(g.xla_graphs >= 1 for g in report.xla_graphs)
+    assert sum(g.fx_ops for g in report.xla_graphs) > 0

@@ -1,0 +1,73 @@
+"""``xlabridge report`` on unmodified scripts, run as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import requires_xla
+
+pytestmark = requires_xla
+
+SCRIPT = textwrap.dedent(
+    """
+    import torch, torch_xla
+
+    def step(x):
+        y = (x * 3).sin()
+        print("logging inside the step")
+        return torch.exp2(y).cos()
+
+    compiled = torch.compile(step, backend="openxla")
+    x = torch.randn(32, device=torch_xla.device())
+    for _ in range(3):
+        compiled(x)
+        torch_xla.sync()
+    {ending}
+    """
+)
+
+
+def _report(tmp_path: Path, ending: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(ending=ending))
+    json_path, html_path = tmp_path / "report.json", tmp_path / "report.html"
+    result = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "report", "--json", str(json_path), "--html", str(html_path),
+         "--", sys.executable, str(script)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    return result, json.loads(json_path.read_text()), script
+
+
+@pytest.mark.parametrize("ending", ["print('done')", "raise RuntimeError('the script failed')"])
+def test_report_on_an_unmodified_script_also_when_it_raises(tmp_path, ending):
+    result, report, script = _report(tmp_path, ending)
+    raised = "raise" in ending
+    assert (result.returncode != 0) == raised, result.stderr[-2000:]
+    assert ("the script failed" in result.stderr) == raised
+    assert report["schema"] == "xlabridge.report/1"
+    assert report["environment"]["torch_xla"] and report["environment"]["pjrt_device"] == "CPU"
+    dynamo, hlo = report["dynamo"], report["hlo"]
+    assert (dynamo["graph_count"], dynamo["break_count"]) == (2, 1)
+    (dynamo_break,) = dynamo["breaks"]
+    assert (dynamo_break["filename"], dynamo_break["lineno"], dynamo_break["category"]) == (
+        str(script), 6, "print-or-logging"
+    )
+    assert [(b["op"], b["filename"], b["lineno"]) for b in hlo["breaks"]] == [("aten::exp2", str(script), 7)]
+    assert [g["calls"] for g in hlo["graphs"]] == [3, 3]
+    assert "aten::exp2" in result.stdout and f"{script.name}:6" in result.stdout
+    assert (tmp_path / "report.html").read_text().count("<svg") == len(hlo["graphs"])
+
+
+def test_report_needs_a_command():
+    result = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "report"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0
+    assert "give the command to run after '--'" in result.stderr

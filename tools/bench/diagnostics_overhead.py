@@ -1,0 +1,133 @@
+"""What observing costs: ``backend="xlabridge"`` under ``xlabridge.diagnose()`` vs plain ``openxla``.
+
+For each model, in one run, each configuration runs in fresh processes (so neither profits
+from the other's in-memory XLA compilation cache), alternating, ``--repeats`` times:
+  * first call: the first training step (Dynamo, AOTAutograd, bridge partitioning, XLA compile);
+  * steady state: the median of ``--steps`` later training steps, each ended by
+    ``torch_xla.sync()`` and a wait for the device.
+Prints ratios against openxla measured in the same run; targets: steady-state overhead at most
+2%, first call at most 10% more. Writes JSON to tools/bench/results/diagnostics_overhead.json.
+
+  PJRT_DEVICE=CPU python tools/bench/diagnostics_overhead.py [--models gpt2 bert] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULT = ROOT / "tools" / "bench" / "results" / "diagnostics_overhead.json"
+CONFIGS = ("openxla", "xlabridge+diagnose")
+
+
+def worker(model_name: str, config: str, steps: int) -> dict:
+    import contextlib
+
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    sys.path.insert(0, str(ROOT))
+    from tests import models
+
+    import xlabridge.diagnostics as xd
+
+    device = torch_xla.device()
+    model, inputs = models.build(model_name, device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    backend = "openxla" if config == "openxla" else "xlabridge"
+    observing = xd.diagnose() if config != "openxla" else contextlib.nullcontext()
+
+    def train_step() -> float:
+        start = time.perf_counter()
+        loss = models.loss_of(compiled(**inputs))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        torch_xla.sync()
+        xm.wait_device_ops()
+        return time.perf_counter() - start
+
+    with observing as report:
+        compiled = torch.compile(model, backend=backend)
+        first = train_step()
+        for _ in range(3):
+            train_step()
+        times = [train_step() for _ in range(steps)]
+    return {
+        "first_call_s": first,
+        "steady_median_ms": statistics.median(times) * 1e3,
+        "report_graphs": None if report is None else report.graph_count,
+    }
+
+
+def run_worker(model_name: str, config: str, steps: int) -> dict:
+    env = dict(os.environ, PJRT_DEVICE=os.environ.get("PJRT_DEVICE", "CPU"))
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", model_name, config, str(steps)],
+        capture_output=True, text=True, env=env, check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["gpt2", "bert"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        name, config, steps = args.worker
+        print(json.dumps(worker(name, config, int(steps))))
+        return
+
+    results = {}
+    for name in args.models:
+        runs = {config: [] for config in CONFIGS}
+        for _ in range(args.repeats):
+            for config in CONFIGS:
+                runs[config].append(run_worker(name, config, args.steps))
+        summary = {
+            config: {
+                "first_call_s": statistics.median(r["first_call_s"] for r in rs),
+                "steady_median_ms": statistics.median(r["steady_median_ms"] for r in rs),
+                "runs": rs,
+            }
+            for config, rs in runs.items()
+        }
+        base, observed = summary["openxla"], summary["xlabridge+diagnose"]
+        summary["steady_overhead"] = observed["steady_median_ms"] / base["steady_median_ms"] - 1
+        summary["first_call_overhead"] = observed["first_call_s"] / base["first_call_s"] - 1
+        results[name] = summary
+        print(
+            f"{name:10s} steady: openxla {base['steady_median_ms']:.2f} ms, observed "
+            f"{observed['steady_median_ms']:.2f} ms ({summary['steady_overhead']:+.1%}, target <= +2%)  "
+            f"first call: openxla {base['first_call_s']:.2f} s, observed {observed['first_call_s']:.2f} s "
+            f"({summary['first_call_overhead']:+.1%}, target <= +10%)",
+            flush=True,
+        )
+    import torch
+
+    payload = {
+        "benchmark": "diagnostics_overhead",
+        "machine": f"{os.cpu_count()} CPUs, PJRT_DEVICE={os.environ.get('PJRT_DEVICE', 'CPU')}",
+        "torch": torch.__version__,
+        "repeats": args.repeats,
+        "steps": args.steps,
+        "models": results,
+    }
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    RESULT.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"written {RESULT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The ``xlabridge`` command.
+
+  xlabridge report [--json FILE] [--html FILE] -- python train.py ARGS...
+      run an unmodified script and report its graph breaks, HLO lowering breaks and
+      recompilations; the report is written when the script exits, also when it raises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _bootstrap_dir() -> str:
+    return str(Path(__file__).resolve().parent / "diagnostics" / "_bootstrap")
+
+
+def _merged_report(directory: Path):
+    from xlabridge.diagnostics.report import Report
+
+    report = Report()
+    paths = sorted(directory.glob("report-*.json"), key=lambda p: p.stat().st_mtime)
+    import json
+
+    for path in paths:
+        part = Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        if not report.environment:
+            report.environment = part.environment
+        report.merge(part)
+    if not paths:
+        report.warnings.append("no Python process of the command reported: is it a Python program?")
+    return report
+
+
+def _report(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise SystemExit("xlabridge report: give the command to run after '--', e.g. -- python train.py")
+    with tempfile.TemporaryDirectory(prefix="xlabridge-report-") as directory:
+        env = dict(os.environ)
+        env["XLABRIDGE_REPORT_DIR"] = directory
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_bootstrap_dir(), env.get("PYTHONPATH")) if p)
+        try:
+            returncode = subprocess.call(command, env=env)
+        except FileNotFoundError:
+            raise SystemExit(f"xlabridge report: command not found: {command[0]!r}") from None
+        report = _merged_report(Path(directory))
+    print(report)
+    if args.json:
+        report.to_json(args.json)
+        print(f"xlabridge: JSON report written to {args.json}")
+    if args.html:
+        report.to_html(args.html)
+        print(f"xlabridge: HTML report written to {args.html}")
+    if returncode:
+        print(f"xlabridge: the command exited with status {returncode}", file=sys.stderr)
+    return returncode
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xlabridge", description="See why torch.compile on XLA is slow.")
+    commands = parser.add_subparsers(dest="subcommand", required=True)
+    report = commands.add_parser("report", help="report on an unmodified script: xlabridge report -- python train.py")
+    report.add_argument("--json", metavar="FILE", help="also write the report as JSON (schema xlabridge.report/1)")
+    report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with pictures")
+    report.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after '--'")
+    report.set_defaults(run=_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``xlabridge`` console script."""
+    args = _parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+"""Why a compiled model is split: Dynamo graph breaks, HLO lowering breaks, recompilations.
+
+``explain(fn)(*args)`` runs ``fn`` once under the xlabridge backend and returns a ``Report``;
+``with diagnose() as report:`` collects over a whole training loop compiled with
+``backend="xlabridge"`` or ``backend="openxla"``.
+"""
+
+from xlabridge.diagnostics._api import diagnose, explain
+from xlabridge.diagnostics.report import SCHEMA, Report
+
+__all__ = ["SCHEMA", "Report", "diagnose", "explain"]

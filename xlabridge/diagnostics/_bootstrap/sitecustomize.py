@@ -1,0 +1,36 @@
+"""Loaded at start-up by every Python process of a command run under ``xlabridge report``.
+
+It starts collecting in this process (the report is written when the process exits), then
+hands over to any ``sitecustomize`` module that this one shadows.
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+
+def _start_collecting() -> None:
+    directory = os.environ.get("XLABRIDGE_REPORT_DIR")
+    if not directory:
+        return
+    try:
+        from xlabridge.diagnostics import _process
+
+        _process.collect_until_exit(directory)
+    except Exception as error:
+        sys.stderr.write(f"xlabridge: diagnostics are off in this process ({type(error).__name__}: {error})\n")
+
+
+def _chain_to_shadowed_sitecustomize() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    others = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
+    if spec is None or spec.loader is None:
+        return
+    shadowed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shadowed)
+
+
+_start_collecting()
+_chain_to_shadowed_sitecustomize()

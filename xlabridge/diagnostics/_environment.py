@@ -1,0 +1,52 @@
+"""What a report records about where it was made, so it can be read on another machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+import torch
+
+import xlabridge
+
+
+def _module_version(name: str) -> str | None:
+    module = sys.modules.get(name)
+    if module is None:
+        from importlib import metadata
+
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+    return getattr(module, "__version__", None)
+
+
+def _xla_runtime() -> dict[str, Any]:
+    if "torch_xla" not in sys.modules:
+        return {}
+    try:
+        import torch_xla.runtime as xr
+
+        return {"xla_device_type": xr.device_type(), "xla_device_count": xr.global_runtime_device_count()}
+    except Exception as error:  # the runtime may be unusable; the report must still be written
+        return {"xla_runtime_error": f"{type(error).__name__}: {error}"}
+
+
+def environment() -> dict[str, Any]:
+    """Versions, the PJRT device and the TPU type (where there is one) of this process."""
+    info: dict[str, Any] = {
+        "xlabridge": xlabridge.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_xla": _module_version("torch_xla"),
+        "jax": _module_version("jax"),
+        "pjrt_device": os.environ.get("PJRT_DEVICE"),
+        "tpu_type": os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("TPU_TYPE"),
+        "argv": list(sys.argv),
+    }
+    info.update(_xla_runtime())
+    return info

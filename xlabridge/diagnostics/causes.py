@@ -1,0 +1,122 @@
+"""The one table of known causes: what splits a model, how to name it, and how to fix it.
+
+To teach xlabridge a new cause, add a row. Dynamo causes are matched against Dynamo's
+break reason (a regular expression on its text); HLO causes by the aten op name of the
+node that ran outside XLA. The first matching row wins; the last Dynamo row catches all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+    """A known reason for a split, with the category it is reported under and a fix."""
+
+    category: str
+    pattern: str
+    suggestion: str
+
+    def matches(self, text: str) -> bool:
+        return re.search(self.pattern, text, flags=re.IGNORECASE) is not None
+
+
+DYNAMO_CAUSES: tuple[Cause, ...] = (
+    Cause(
+        "data-dependent-branch",
+        r"generic_jump|data-dependent branching|jump.*TensorVariable",
+        "A Python `if`/`while` on a tensor's value stops capture. Compute both sides and pick "
+        "with `torch.where(cond, a, b)`, or use `torch.cond` for branches with different work.",
+    ),
+    Cause(
+        "tensor-item",
+        r"Tensor\.item\(\)|\.item\(\)|_local_scalar_dense|Tensor\.tolist",
+        "`.item()`/`.tolist()` pulls a value to the host. Keep it a 0-dim tensor and use it in "
+        "tensor ops (`torch.where`, multiplication) instead of Python control flow.",
+    ),
+    Cause(
+        "print-or-logging",
+        r"`print`|builtin operator `print`|logging|logger",
+        "Move `print`/logging out of the compiled function (log after the step, outside "
+        "`torch.compile`), or allow it with `torch._dynamo.config.reorderable_logging_functions`.",
+    ),
+    Cause(
+        "deepcopy",
+        r"copy\.deepcopy",
+        "`copy.deepcopy` is not traced: copy outside the compiled region, or use "
+        "`tensor.clone()` for tensors.",
+    ),
+    Cause(
+        "dynamic-shape-op",
+        r"dynamic shape operator|nonzero|masked_select|unique|repeat_interleave",
+        "The output shape depends on data. Use a static-shape form: `torch.where(mask, x, 0)` "
+        "instead of boolean indexing, `torch.nonzero_static(x, size=N)` instead of `nonzero`.",
+    ),
+    Cause(
+        "unsupported-builtin",
+        r"builtin|unsupported method|unsupported call|Failed to trace",
+        "Dynamo cannot trace this Python call. Move it out of the compiled function, or "
+        "replace it with a torch equivalent.",
+    ),
+    Cause(
+        "other",
+        r".",
+        "Dynamo stopped capturing here. Run with TORCH_LOGS=graph_breaks for the full "
+        "context, and move the construct out of the compiled function if you can.",
+    ),
+)
+
+HLO_CAUSES: tuple[Cause, ...] = (
+    Cause(
+        "cpu-fallback",
+        r"^aten::exp2$",
+        "`torch.exp2(x)` has no XLA lowering here; `torch.pow(2.0, x)` (or "
+        "`torch.exp(x * math.log(2.0))`) lowers to XLA and keeps the graph whole.",
+    ),
+    Cause(
+        "cpu-fallback",
+        r"^aten::(nonzero|masked_select|unique.*)$",
+        "A data-dependent shape cannot live in a static XLA graph. Use `torch.where` with a "
+        "mask, or `torch.nonzero_static(x, size=N)`.",
+    ),
+    Cause(
+        "host-transfer",
+        r"^aten::(_local_scalar_dense|_to_copy|to|cpu|_to_cpu|item)$",
+        "A value is moved to the host inside the graph. Keep it on the XLA device; move "
+        "results to the CPU after `torch_xla.sync()`.",
+    ),
+    Cause(
+        "cpu-fallback",
+        r".",
+        "This op has no XLA lowering in this torch_xla and runs on the CPU, cutting the XLA "
+        "graph in two with a transfer each way. Rewrite it with ops that lower, or ask "
+        "torch_xla for a lowering.",
+    ),
+)
+
+
+HOST_TENSOR = Cause(
+    "host-tensor",
+    r".",
+    "This node reads or makes a tensor that is not on the XLA device (a CPU input, `.cpu()`, "
+    "`.to('cpu')`), so the bridge runs it outside XLA. Keep every tensor of the compiled "
+    "function on the XLA device.",
+)
+
+
+def classify_dynamo_break(reason: str) -> Cause:
+    """The first Dynamo cause whose pattern matches ``reason``."""
+    return next(cause for cause in DYNAMO_CAUSES if cause.matches(reason))
+
+
+def classify_hlo_break(op: str, *, fell_back: bool) -> Cause:
+    """Why the node running ``op`` (``aten::exp2``) left XLA.
+
+    ``fell_back`` says whether torch_xla ran the op through its CPU fallback; a node that
+    did not fall back left XLA because a tensor it touches is not on the XLA device.
+    """
+    if not fell_back:
+        return HOST_TENSOR
+    return next(cause for cause in HLO_CAUSES if cause.matches(op))
