@@ -71,3 +71,30 @@ def test_report_needs_a_command():
     )
     assert result.returncode != 0
     assert "give the command to run after '--'" in result.stderr
+
+
+def test_compare_runs_the_bundled_step_lazily_and_compiled(tmp_path):
+    json_path = tmp_path / "compare.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "compare", "--steps", "2", "--warmup", "1", "--json", str(json_path),
+         "xlabridge/examples/compare_step.py"],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[1],
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    comparison = json.loads(json_path.read_text())
+    assert comparison["lazy"]["steps"] == comparison["compiled"]["steps"] == 2
+    assert comparison["dynamo"]["graph_breaks"], "the demo step breaks at .item() and .backward()"
+    assert comparison["compiled"]["xla_graphs_per_step"] > comparison["lazy"]["xla_graphs_per_step"]
+    assert "verdict: " in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [("no/such/file.py", "is not a file"), ("xlabridge/examples/demo.py", "defines no function 'make_step'")],
+)
+def test_compare_names_a_bad_target(target, message):
+    result = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "compare", target],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
+    )
+    assert result.returncode != 0 and message in result.stderr

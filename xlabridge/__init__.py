@@ -6,13 +6,14 @@ that use them, and each says what it needs when it is missing.
 
 from xlabridge._compile import compile
 from xlabridge.backend import xlabridge_backend
-from xlabridge.diagnostics import Report, diagnose, explain
+from xlabridge.diagnostics import Report, compare, diagnose, explain
 from xlabridge.errors import DeviceMismatchError, MissingDependencyError, XlabridgeError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Report",
+    "compare",
     "compile",
     "diagnose",
     "explain",

@@ -3,6 +3,10 @@
   xlabridge report [--json FILE] [--html FILE] -- python train.py ARGS...
       run an unmodified script and report its graph breaks, HLO lowering breaks and
       recompilations; the report is written when the script exits, also when it raises.
+
+  xlabridge compare [--steps N] [--warmup N] [--backend B] [--json FILE] FILE.py[:FUNCTION]
+      run one step lazily and compiled, side by side: FUNCTION (default ``make_step``) in
+      FILE.py returns ``(step, args)`` or ``(step, args, kwargs)`` with XLA tensors.
 """
 
 from __future__ import annotations
@@ -64,6 +68,44 @@ def _report(args: argparse.Namespace) -> int:
     return returncode
 
 
+def _load_step(target: str) -> tuple:
+    import importlib.util
+
+    path, _, function = target.partition(":")
+    function = function or "make_step"
+    if not Path(path).is_file():
+        raise SystemExit(f"xlabridge compare: FILE {path!r} is not a file (expected FILE.py[:FUNCTION])")
+    spec = importlib.util.spec_from_file_location("_xlabridge_compare_target", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    make = getattr(module, function, None)
+    if not callable(make):
+        raise SystemExit(f"xlabridge compare: {path} defines no function {function!r}")
+    made = make()
+    if not (isinstance(made, tuple) and len(made) in (2, 3) and callable(made[0])):
+        raise SystemExit(
+            f"xlabridge compare: {function}() must return (step, args) or (step, args, kwargs), got {made!r:.80}"
+        )
+    step, args, kwargs = (*made, {}) if len(made) == 2 else made
+    return step, tuple(args), dict(kwargs)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import json
+
+    from xlabridge.diagnostics.compare import compare
+
+    step, step_args, step_kwargs = _load_step(args.target)
+    result = compare(
+        step, *step_args, steps=args.steps, warmup=args.warmup, backend=args.backend, **step_kwargs
+    )
+    print(result)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+        print(f"xlabridge: JSON comparison written to {args.json}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xlabridge", description="See why torch.compile on XLA is slow.")
     commands = parser.add_subparsers(dest="subcommand", required=True)
@@ -72,6 +114,14 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with pictures")
     report.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after '--'")
     report.set_defaults(run=_report)
+
+    comparison = commands.add_parser("compare", help="one step lazily vs compiled: xlabridge compare step.py")
+    comparison.add_argument("target", metavar="FILE.py[:FUNCTION]", help="FUNCTION (default make_step) returns (step, args)")
+    comparison.add_argument("--steps", type=int, default=10, help="steady steps per mode")
+    comparison.add_argument("--warmup", type=int, default=2, help="warmup steps per mode (compilations land here)")
+    comparison.add_argument("--backend", default="openxla", help="torch.compile backend of the compiled mode")
+    comparison.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    comparison.set_defaults(run=_compare)
     return parser
 
 
