@@ -66,12 +66,14 @@ SCRIPT = textwrap.dedent(
     warnings.simplefilter("always")
     t0 = time.perf_counter()
     import xlabridge.autocast as autocast
-    from xlabridge.autocast import _hook, _probe
+    from xlabridge.autocast import _hook, _probe, _registration
+    from xlabridge.autocast._ops import DEFAULT_SPECS
     autocast.install()
     state = {"install_s": time.perf_counter() - t0,
              "torch_xla_imported": "torch_xla" in sys.modules,
              "pending": _hook.pending("torch_xla"),
-             "einsum_before": _probe.has_kernel("aten::einsum", "AutocastXLA")}
+             "einsum_before": _probe.has_kernel("aten::einsum", "AutocastXLA"),
+             "plan_before": [s.name for s in _registration.plan(DEFAULT_SPECS, _registration._dispatcher_has_kernel)]}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         import torch_xla
@@ -94,7 +96,10 @@ def test_install_before_torch_xla_waits_for_it_and_leaves_its_einsum_alone() -> 
     state = json.loads(done.stdout.strip().splitlines()[-1])
     assert state["torch_xla_imported"] is False
     assert state["pending"] is True
-    assert state["einsum_before"] is False  # AutocastXLA is empty until torch_xla loads
+    # Before torch_xla's library loads the real dispatcher lacks einsum: the plan picks it,
+    # and install() still registers nothing, waiting for torch_xla's own kernels.
+    assert state["einsum_before"] is False
+    assert state["plan_before"] == ["aten::einsum"]
     assert state["pending_after"] is False
     assert state["einsum_after"] is True
     assert state["ours"] == {}

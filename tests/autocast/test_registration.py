@@ -45,14 +45,6 @@ def test_plan_keeps_order_and_drops_duplicates() -> None:
     assert _registration.plan(specs, state.has_kernel) == [mv, EINSUM]
 
 
-def test_plan_against_the_real_dispatcher_without_torch_xla_loaded() -> None:
-    """Before torch_xla's library loads, AutocastXLA really lacks einsum: the plan must pick it."""
-    if _registration.torch_xla_loaded():
-        pytest.skip("torch_xla is loaded in this process; see the subprocess test in test_hook.py")
-    assert not _probe.has_kernel("aten::einsum", "AutocastXLA")
-    assert _registration.plan(DEFAULT_SPECS, _registration._dispatcher_has_kernel) == [EINSUM]
-
-
 def test_backend_name_is_validated(monkeypatch) -> None:
     with pytest.raises(ValueError, match="'backend' must be one of"):
         _registration.registrar("gpu")
