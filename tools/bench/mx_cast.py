@@ -238,10 +238,10 @@ def run_probe(strategy: str, size_mb: int, flags: str, timeout: float = 120) -> 
 def jax_side(args) -> dict:
     from xlabridge.mx._formulation import STRATEGIES
 
-    flags = candidate_flags()
+    flags = args.flags.split(",") if args.flags is not None else candidate_flags()[: args.max_flags]
     probes = []
     for strategy in STRATEGIES:
-        for flag in [""] + [f"--{name}=true" for name in flags[: args.max_flags]]:
+        for flag in [""] + [f"--{name}=true" for name in flags if name]:
             result = run_probe(strategy, 256, flag)
             summary = {k: result.get(k) for k in ("strategy", "flags", "kernel_count", "ms", "GBps", "bit_exact_vs_reference", "error")}
             print(json.dumps(summary), flush=True)
@@ -271,6 +271,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="mx_cast.json")
     parser.add_argument("--max-flags", type=int, default=14)
+    parser.add_argument("--flags", help="comma-separated XLA:GPU flags to try (default: discover)")
     parser.add_argument("--skip-jax", action="store_true")
     parser.add_argument("--skip-torch", action="store_true")
     parser.add_argument("--probe", nargs=2, metavar=("STRATEGY", "SIZE_MB"), help=argparse.SUPPRESS)

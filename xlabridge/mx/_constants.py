@@ -24,6 +24,7 @@ E8M0_NAN = 0xFF
 F32_MANTISSA_BITS = 23
 F32_MANTISSA_MASK = 0x007F_FFFF
 F32_ABS_MASK = 0x7FFF_FFFF
+HALF_ABS_MASK = 0x7FFF  # the same for bfloat16 and float16 bit patterns
 F32_INF_BITS = 0x7F80_0000  # |x| bit patterns at or above this are Inf or NaN
 F32_HALF_SUBNORMAL_MANTISSA = 0x0040_0000  # the float32 subnormal 2**-127
 

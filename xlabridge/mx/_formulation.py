@@ -23,6 +23,9 @@ Why it is written this way:
   but it can put a reduction and an elementwise output over the same input shape into one
   multi-output fusion; the recomputed maximum is what makes the data such an output.
   ``strategy="two_pass"`` broadcasts the reduction result: the fewest operations, two kernels.
+  ``strategy="recompute_wide"`` broadcasts each slice to the block first and takes the maxima
+  over full-shape arrays, so no narrow per-block intermediate exists for XLA to materialize.
+  Recomputed maxima compare the input's own bit patterns (16-bit for bf16/f16), then widen.
 """
 
 from __future__ import annotations
@@ -31,13 +34,16 @@ from typing import Any, Protocol
 
 from xlabridge.mx import _constants as C
 
-STRATEGIES = ("two_pass", "recompute")
+STRATEGIES = ("two_pass", "recompute", "recompute_wide")
+
+# Integer view and magnitude mask of each input float type: |x| orders like its bit pattern.
+_BITS = {"f32": ("s32", C.F32_ABS_MASK), "bf16": ("s16", C.HALF_ABS_MASK), "f16": ("s16", C.HALF_ABS_MASK)}
 
 Array = Any
 
 
 class ArrayOps(Protocol):
-    """What the formulation needs from an array library. dtypes: f32, s32, u8, f8e4m3fn.
+    """What the formulation needs from an array library. dtypes: f32, bf16, f16, s32, s16, u8, f8e4m3fn.
 
     Binary operations accept a Python number for either operand.
     """
@@ -98,8 +104,26 @@ def _scaled_data(ops: ArrayOps, x32: Array, code: Array) -> Array:
     return ops.convert(scaled, "f8e4m3fn")
 
 
-def cast_blocks(ops: ArrayOps, blocks: Array, block_size: int, rounding: str, strategy: str) -> tuple[Array, Array]:
-    """MXFP8-cast ``blocks`` (shape ``[..., nblocks, block_size]``, float dtype).
+def _recomputed_code(ops: ArrayOps, blocks: Array, input_dtype: str, block_size: int, rounding: str, wide: bool) -> Array:
+    """Per-block scale byte (s32) from an elementwise chain of maxima over the block's slices."""
+    int_dtype, mask = _BITS[input_dtype]
+    bits = ops.bit_and(ops.bitcast(blocks, int_dtype), mask)
+    columns = [ops.slice_last(bits, index) for index in range(block_size)]
+    if wide:
+        columns = [ops.expand_last(column, block_size) for column in columns]
+    block_max = columns[0]
+    for column in columns[1:]:
+        block_max = ops.maximum(block_max, column)
+    f32_bits = ops.bitcast(ops.convert(ops.bitcast(block_max, input_dtype), "f32"), "s32")
+    code = scale_code(ops, f32_bits, rounding)
+    return code if wide else ops.expand_last(code, block_size)
+
+
+def cast_blocks(
+    ops: ArrayOps, blocks: Array, input_dtype: str, block_size: int, rounding: str, strategy: str
+) -> tuple[Array, Array]:
+    """MXFP8-cast ``blocks`` (shape ``[..., nblocks, block_size]``, of float type ``input_dtype``:
+    f32, bf16 or f16).
 
     Returns ``(data, scale)``: float8_e4m3fn of the same shape, and u8 E8M0 bytes of shape
     ``[..., nblocks]``.
@@ -110,11 +134,7 @@ def cast_blocks(ops: ArrayOps, blocks: Array, block_size: int, rounding: str, st
     abs_bits = ops.bit_and(ops.bitcast(x32, "s32"), C.F32_ABS_MASK)
     scale = ops.reduce_max_last(ops.convert(scale_code(ops, abs_bits, rounding), "u8"))
     if strategy == "two_pass":
-        block_code = ops.convert(scale, "s32")
+        code = ops.expand_last(ops.convert(scale, "s32"), block_size)
     else:
-        block_max = ops.slice_last(abs_bits, 0)
-        for index in range(1, block_size):
-            block_max = ops.maximum(block_max, ops.slice_last(abs_bits, index))
-        block_code = scale_code(ops, block_max, rounding)
-    data = _scaled_data(ops, x32, ops.expand_last(block_code, block_size))
-    return data, scale
+        code = _recomputed_code(ops, blocks, input_dtype, block_size, rounding, wide=strategy == "recompute_wide")
+    return _scaled_data(ops, x32, code), scale

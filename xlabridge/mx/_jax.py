@@ -13,7 +13,15 @@ from jax import lax
 
 from xlabridge.mx import _formulation
 
-_DTYPES = {"f32": jnp.float32, "s32": jnp.int32, "u8": jnp.uint8, "f8e4m3fn": jnp.float8_e4m3fn}
+_DTYPES = {
+    "f32": jnp.float32,
+    "bf16": jnp.bfloat16,
+    "f16": jnp.float16,
+    "s32": jnp.int32,
+    "s16": jnp.int16,
+    "u8": jnp.uint8,
+    "f8e4m3fn": jnp.float8_e4m3fn,
+}
 
 
 def _lift(a, b):
@@ -83,5 +91,6 @@ class JaxOps:
 def to_mxfp8(x, block_size: int = 32, rounding: str = "floor", strategy: str = "recompute"):
     """``(data, scale)`` of JAX array ``x``: float8_e4m3fn data of x's shape, uint8 E8M0 scales."""
     blocks = x.reshape(x.shape[:-1] + (x.shape[-1] // block_size, block_size))
-    data, scale = _formulation.cast_blocks(JaxOps(), blocks, block_size, rounding, strategy)
+    input_dtype = next(name for name, dtype in _DTYPES.items() if dtype == x.dtype)
+    data, scale = _formulation.cast_blocks(JaxOps(), blocks, input_dtype, block_size, rounding, strategy)
     return data.reshape(x.shape), scale

@@ -10,6 +10,9 @@ from xlabridge.mx import _formulation
 
 _DTYPES = {
     "f32": torch.float32,
+    "bf16": torch.bfloat16,
+    "f16": torch.float16,
+    "s16": torch.int16,
     "s32": torch.int32,
     "u8": torch.uint8,
     "f8e4m3fn": torch.float8_e4m3fn,
@@ -79,7 +82,8 @@ class TorchOps:
 def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
     """``(data, scale)`` of ``x`` computed with eager torch operations."""
     blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block_size, block_size)
-    data, scale = _formulation.cast_blocks(TorchOps(), blocks, block_size, rounding, "two_pass")
+    input_dtype = next(name for name, dtype in _DTYPES.items() if dtype == x.dtype)
+    data, scale = _formulation.cast_blocks(TorchOps(), blocks, input_dtype, block_size, rounding, "two_pass")
     return data.reshape(x.shape), scale
 
 

@@ -138,7 +138,7 @@ def _cast_computation(shape: tuple[int, ...], dtype: torch.dtype, block_size: in
     builder = xb.create_builder(name)
     x = xb.mkparam(builder, 0, xb.mkshape(_XLA_TYPES[dtype], shape))
     blocks = x.reshape(shape[:-1] + (shape[-1] // block_size, block_size))
-    data, scale = _formulation.cast_blocks(XlaBuilderOps(xb), blocks, block_size, rounding, strategy)
+    data, scale = _formulation.cast_blocks(XlaBuilderOps(xb), blocks, _XLA_TYPES[dtype], block_size, rounding, strategy)
     return xb.Op.tuple([data.reshape(shape), scale]).build(name)
 
 
