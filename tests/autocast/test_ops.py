@@ -110,3 +110,12 @@ def test_probe_agrees_with_running_the_op_under_cpu_autocast(op, call) -> None:
     else:
         observed = Policy.NONE
     assert _probe.probe(op, "AutocastCPU").policy is observed
+
+
+def test_extension_is_built_once_from_the_python_op_list() -> None:
+    pytest.importorskip("ninja")
+    path = Path(_build.load_extension())
+    assert _build.load_extension() == str(path)
+    assert path.parent.parent == _build.cache_root()
+    assert (path.parent / _build.HEADER_NAME).read_text() == _build.generate_header()
+    assert list(torch.ops.xlabridge_autocast.compiled_ops()) == [spec.name for spec in ALL_SPECS]

@@ -2,8 +2,8 @@
 
 The kernel table is generated from ``_ops.ALL_SPECS`` into ``xlabridge_autocast_ops.h``
 next to the build, so the C++ never lists ops by hand. The build directory is
-``~/.cache/xlabridge/autocast/<key>`` (``$XDG_CACHE_HOME`` respected, or
-``$XLABRIDGE_CACHE_DIR``), where ``key`` hashes the .cpp, the generated header, the torch
+``~/.cache/xlabridge/autocast/<key>`` (``$XDG_CACHE_HOME`` respected; ``$XLABRIDGE_AUTOCAST_BUILD_DIR``
+replaces ``~/.cache/xlabridge/autocast``), where ``key`` hashes the .cpp, the generated header, the torch
 version and the Python ABI: a second process, or a second run of CI with the cache kept,
 loads the built library without compiling. ``torch.utils.cpp_extension.load`` holds a file
 lock while it builds, so concurrent first uses build once.
@@ -56,13 +56,16 @@ def generate_header(specs: tuple[OpSpec, ...] = ALL_SPECS) -> str:
     return "\n".join(lines) + "\n"
 
 
+BUILD_DIR_ENV = "XLABRIDGE_AUTOCAST_BUILD_DIR"
+
+
 def cache_root() -> Path:
-    """``$XLABRIDGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/xlabridge``, else ``~/.cache/xlabridge``."""
-    explicit = os.environ.get("XLABRIDGE_CACHE_DIR")
+    """``$XLABRIDGE_AUTOCAST_BUILD_DIR``, else ``$XDG_CACHE_HOME/xlabridge/autocast``, else ``~/.cache/...``."""
+    explicit = os.environ.get(BUILD_DIR_ENV)
     if explicit:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "xlabridge"
+    return Path(base) / "xlabridge" / "autocast"
 
 
 def build_key(source: str, header: str) -> str:
@@ -90,7 +93,7 @@ def load_extension() -> str:
     source = path.read_text()
     header = generate_header()
     key = build_key(source, header)
-    build_dir = cache_root() / "autocast" / key
+    build_dir = cache_root() / key
     build_dir.mkdir(parents=True, exist_ok=True)
     header_path = build_dir / HEADER_NAME
     if not header_path.is_file() or header_path.read_text() != header:
