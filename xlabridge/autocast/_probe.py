@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -94,15 +94,15 @@ def _is_dimname(arg: torch._C.Argument) -> bool:
     return arg.name == "dim" and str(arg.type) in ("str", "List[str]")
 
 
-def _placeholder_value(op: torch._ops.OpOverload, arg: torch._C.Argument, make: Any) -> Any:
+def _placeholder_value(arg: torch._C.Argument, make: Callable[[], _Placeholder], device: str) -> Any:
     """A value of ``arg``'s type: placeholders for tensors, small constants otherwise."""
     text = str(arg.type)
     if text == "List[Optional[Tensor]]":
-        return [_Placeholder(torch.int64, make(0).device.type)]  # index lists hold integer tensors
+        return [_Placeholder(torch.int64, device)]  # index lists hold integer tensors
     if "Tensor" in text:
         if text.startswith("List"):
-            return [make(0), make(1)]
-        return make(0)
+            return [make(), make()]
+        return make()
     if text.startswith("Optional"):
         return None
     if _is_dimname(arg):
@@ -117,19 +117,24 @@ def _placeholder_value(op: torch._ops.OpOverload, arg: torch._C.Argument, make: 
 
 
 def _call_kernel(op: torch._ops.OpOverload, key: str, dtypes: tuple[torch.dtype, ...]) -> _Inner | str:
-    """Run ``op``'s kernel for ``key`` on placeholders of ``dtypes`` (cycled); the inner call, or an error."""
-    device = KEY_DEVICES[key]
-    counter = iter(range(1 << 16))
+    """Run ``op``'s kernel for ``key`` on placeholders; the inner call it makes, or the error it raised.
 
-    def make(_: int) -> _Placeholder:
-        return _Placeholder(dtypes[min(next(counter), len(dtypes) - 1)], device)
+    The first placeholder tensor gets ``dtypes[0]``, the next ``dtypes[1]`` and so on, the
+    last dtype repeating.
+    """
+    device = KEY_DEVICES[key]
+    made = [0]
+
+    def make() -> _Placeholder:
+        made[0] += 1
+        return _Placeholder(dtypes[min(made[0], len(dtypes)) - 1], device)
 
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for arg in op._schema.arguments:
         if arg.has_default_value():
             continue
-        value = _placeholder_value(op, arg, make)
+        value = _placeholder_value(arg, make, device)
         if arg.kwarg_only:
             kwargs[arg.name] = value
         else:
