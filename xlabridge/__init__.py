@@ -4,12 +4,15 @@ Importing xlabridge needs only torch; torch_xla, Triton and JAX are loaded by th
 that use them, and each says what it needs when it is missing.
 """
 
+from xlabridge import autocast, diagnostics
 from xlabridge._compile import compile
 from xlabridge.backend import xlabridge_backend
 from xlabridge.diagnostics import Report, compare, diagnose, explain
 from xlabridge.errors import DeviceMismatchError, MissingDependencyError, XlabridgeError
 
 __version__ = "0.1.0"
+
+autocast.install()
 
 __all__ = [
     "Report",
@@ -20,5 +23,7 @@ __all__ = [
     "DeviceMismatchError",
     "MissingDependencyError",
     "XlabridgeError",
+    "autocast",
+    "diagnostics",
     "xlabridge_backend",
 ]

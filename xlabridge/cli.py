@@ -7,6 +7,9 @@
   xlabridge compare [--steps N] [--warmup N] [--backend B] [--json FILE] FILE.py[:FUNCTION]
       run one step lazily and compiled, side by side: FUNCTION (default ``make_step``) in
       FILE.py returns ``(step, args)`` or ``(step, args, kwargs)`` with XLA tensors.
+
+  xlabridge autocast-audit [--json] [--parity]
+      every op of the CUDA, CPU and XLA autocast lists with its policy on each, and the gaps.
 """
 
 from __future__ import annotations
@@ -106,6 +109,12 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _autocast_audit(args: argparse.Namespace) -> int:
+    from xlabridge.autocast import audit_command
+
+    return audit_command(as_json=args.json, parity=args.parity)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xlabridge", description="See why torch.compile on XLA is slow.")
     commands = parser.add_subparsers(dest="subcommand", required=True)
@@ -122,6 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     comparison.add_argument("--backend", default="openxla", help="torch.compile backend of the compiled mode")
     comparison.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     comparison.set_defaults(run=_compare)
+
+    audit = commands.add_parser("autocast-audit", help="XLA's autocast lists against CUDA's and CPU's")
+    audit.add_argument("--json", action="store_true", help="machine-readable output")
+    audit.add_argument("--parity", action="store_true", help="audit after xlabridge.autocast.enable_parity()")
+    audit.set_defaults(run=_autocast_audit)
     return parser
 
 
