@@ -52,23 +52,25 @@ def torch_side(args) -> dict:
     dev = torch.device("cuda")
     results: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
 
-    def naive(x):  # the scale computed in the obvious way; reshape back *before* the fp8 cast
-        blocks = x.reshape(-1, 32).float()
-        amax = blocks.abs().amax(-1, keepdim=True)
-        exponent = ((amax.view(torch.int32) >> 23) & 0xFF) - 127 - 8
-        exponent = exponent.clamp(-127, 127)
-        scale = (exponent + 127).to(torch.uint8)
-        scaled = (blocks * torch.exp2(-exponent.float())).clamp(-448.0, 448.0)
-        return scaled.reshape(x.shape).to(torch.float8_e4m3fn), scale.reshape(*x.shape[:-1], -1)
+    def baseline(x, cast_first):
+        """PyTorch code modeled on torchao's to_mx (floor), as a user would write it."""
+        shape = x.shape
+        blocks = x.reshape(*shape[:-1], shape[-1] // 32, 32)
+        max_abs = torch.amax(torch.abs(blocks), -1).unsqueeze(-1).to(torch.float32)
+        blocks = blocks.to(torch.float32)
+        unbiased = torch.clamp(((max_abs.view(torch.int32) >> 23) & 0xFF) - 127 - 8, min=-127, max=128)
+        scale = (unbiased + 127).to(torch.uint8).squeeze(-1)
+        scale_fp = (torch.clamp(unbiased + 127, min=1) << 23).view(torch.float32)
+        scaled = torch.clamp(blocks / scale_fp, -448.0, 448.0)
+        if cast_first:
+            return scaled.to(torch.float8_e4m3fn).reshape(shape), scale
+        return scaled.reshape(shape).to(torch.float8_e4m3fn), scale
 
-    def reordered(x):  # the same, with the fp8 cast before the reshape back
-        blocks = x.reshape(-1, 32).float()
-        amax = blocks.abs().amax(-1, keepdim=True)
-        exponent = ((amax.view(torch.int32) >> 23) & 0xFF) - 127 - 8
-        exponent = exponent.clamp(-127, 127)
-        scale = (exponent + 127).to(torch.uint8)
-        scaled = (blocks * torch.exp2(-exponent.float())).clamp(-448.0, 448.0)
-        return scaled.to(torch.float8_e4m3fn).reshape(x.shape), scale.reshape(*x.shape[:-1], -1)
+    def naive(x):  # reshape back to x's shape *before* the fp8 cast
+        return baseline(x, cast_first=False)
+
+    def reordered(x):  # the fp8 cast first, then the reshape (a view of the fp8 result)
+        return baseline(x, cast_first=True)
 
     compiled = {"compile_view_first": torch.compile(naive), "compile_cast_first": torch.compile(reordered)}
 
@@ -191,9 +193,12 @@ def jax_probe(strategy: str, size_mb: int, reps: int) -> dict:
     from tests.mx._cases import make_input
     from tests.mx._reference import mxfp8_reference
     from xlabridge.hlo import parse_kernels
-    from xlabridge.mx import _jax
+    from xlabridge.mx import _jax, _pallas
 
-    cast = jax.jit(lambda a: _jax.to_mxfp8(a, 32, "floor", strategy))
+    if strategy == "pallas":
+        cast = jax.jit(lambda a: _pallas.to_mxfp8(a, 32, "floor"))
+    else:
+        cast = jax.jit(lambda a: _jax.to_mxfp8(a, 32, "floor", strategy))
     small = make_input((256, 1024), torch.bfloat16, seed=1)
     data, scale = cast(jnp.asarray(small.float().numpy()).astype(jnp.bfloat16))
     got = (np.asarray(data).view(np.uint8), np.asarray(scale))
@@ -240,8 +245,8 @@ def jax_side(args) -> dict:
 
     flags = args.flags.split(",") if args.flags is not None else candidate_flags()[: args.max_flags]
     probes = []
-    for strategy in STRATEGIES:
-        for flag in [""] + [f"--{name}=true" for name in flags if name]:
+    for strategy in (*STRATEGIES, "pallas"):
+        for flag in [""] + ([f"--{name}=true" for name in flags if name] if strategy != "pallas" else []):
             result = run_probe(strategy, 256, flag)
             summary = {k: result.get(k) for k in ("strategy", "flags", "kernel_count", "ms", "GBps", "bit_exact_vs_reference", "error")}
             print(json.dumps(summary), flush=True)

@@ -88,9 +88,13 @@ class JaxOps:
         return jnp.broadcast_to(a[..., None], a.shape + (size,))
 
 
+def input_dtype_name(dtype) -> str:
+    """The formulation's name of a JAX input dtype (f32, bf16 or f16)."""
+    return next(name for name, candidate in _DTYPES.items() if candidate == dtype)
+
+
 def to_mxfp8(x, block_size: int = 32, rounding: str = "floor", strategy: str = "recompute"):
     """``(data, scale)`` of JAX array ``x``: float8_e4m3fn data of x's shape, uint8 E8M0 scales."""
     blocks = x.reshape(x.shape[:-1] + (x.shape[-1] // block_size, block_size))
-    input_dtype = next(name for name, dtype in _DTYPES.items() if dtype == x.dtype)
-    data, scale = _formulation.cast_blocks(JaxOps(), blocks, input_dtype, block_size, rounding, strategy)
+    data, scale = _formulation.cast_blocks(JaxOps(), blocks, input_dtype_name(x.dtype), block_size, rounding, strategy)
     return data.reshape(x.shape), scale

@@ -26,7 +26,7 @@ from xlabridge.mx import _constants as C
 _FEATURE = "xlabridge.mx CUDA kernel"
 
 # Blocks per program and warps per program, chosen on an H100 (tools/bench/mx_cast.py sweeps them).
-TILE = 64
+TILE = 128
 NUM_WARPS = 4
 
 

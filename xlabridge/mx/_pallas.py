@@ -1,0 +1,52 @@
+"""The cast as one Pallas kernel, for XLA on GPUs (JAX).
+
+XLA:GPU's own emitters can't put the block maximum and the elements scaled by it into one
+kernel: a reduction fusion can't consume its own result through a broadcast, and XLA won't
+recompute a per-block value for each of the block's elements (see ``_formulation.py`` and the
+probes in ``tools/bench/mx_cast.py``: two kernels at best, and XLA's Triton normalization
+fusions don't take the bit operations the exact cast needs). A Pallas kernel is a single
+custom call in the XLA program, so the cast is one kernel: each program instance loads a
+``[TILE, block_size]`` tile, and inside it the formulation's "two_pass" form is one pass in
+registers. The kernel body is the very formulation code the other paths run (``JaxOps``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from xlabridge.mx import _formulation
+from xlabridge.mx._jax import JaxOps, input_dtype_name
+
+TILE = 128
+
+
+def _kernel(x_ref, data_ref, scale_ref, *, input_dtype: str, block_size: int, rounding: str):
+    data, scale = _formulation.cast_blocks(JaxOps(), x_ref[...], input_dtype, block_size, rounding, "two_pass")
+    data_ref[...] = data
+    scale_ref[...] = scale
+
+
+@functools.partial(jax.jit, static_argnames=("block_size", "rounding", "interpret"))
+def to_mxfp8(x: jax.Array, block_size: int = 32, rounding: str = "floor", interpret: bool = False):
+    """``(data, scale)`` of JAX array ``x`` from one Pallas kernel (``interpret=True`` runs
+    the kernel body on any backend, for testing)."""
+    n_blocks = x.size // block_size
+    blocks = x.reshape(n_blocks, block_size)
+    tile = min(TILE, 1 << max(n_blocks - 1, 0).bit_length())
+    kernel = functools.partial(_kernel, input_dtype=input_dtype_name(x.dtype), block_size=block_size, rounding=rounding)
+    data, scale = pl.pallas_call(
+        kernel,
+        grid=(pl.cdiv(n_blocks, tile),),
+        in_specs=[pl.BlockSpec((tile, block_size), lambda i: (i, 0))],
+        out_specs=[pl.BlockSpec((tile, block_size), lambda i: (i, 0)), pl.BlockSpec((tile,), lambda i: (i,))],
+        out_shape=[
+            jax.ShapeDtypeStruct((n_blocks, block_size), jnp.float8_e4m3fn),
+            jax.ShapeDtypeStruct((n_blocks,), jnp.uint8),
+        ],
+        interpret=interpret,
+    )(blocks)
+    return data.reshape(x.shape), scale.reshape(x.shape[:-1] + (x.shape[-1] // block_size,))
