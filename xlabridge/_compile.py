@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import torch
 
-from xlabridge import _optional
+from xlabridge import _optional, cache
 from xlabridge._options import BackendOptions
 from xlabridge.errors import DeviceMismatchError, XlabridgeError
 
@@ -105,13 +106,23 @@ def _raising_clear_errors(call: Callable[..., Any], target: Callable[..., Any]) 
     return run
 
 
-def compile(model: Compilable, *, device: str = "auto", **torch_compile_kwargs: Any) -> Compilable:
+def compile(
+    model: Compilable,
+    *,
+    device: str = "auto",
+    cache_dir: str | os.PathLike[str] | None = None,
+    **torch_compile_kwargs: Any,
+) -> Compilable:
     """``torch.compile(model, backend="xlabridge")``, with errors that name the bad argument.
 
     Args:
         model: an ``nn.Module`` or a function, as for ``torch.compile``.
         device: ``"auto"`` (XLA graphs through openxla, others through inductor) or ``"xla"``
             (require torch_xla and XLA tensors).
+        cache_dir: a directory for the persistent XLA compilation cache, so that a later
+            process loads compiled graphs instead of compiling them (see ``xlabridge.cache``
+            for where the XLA runtime can and cannot). Configured here, before the first XLA
+            computation; ``None`` leaves it to ``XLABRIDGE_CACHE_DIR``.
         **torch_compile_kwargs: passed on to ``torch.compile`` (``fullgraph``, ``dynamic``, ...).
     """
     if not callable(model):
@@ -120,9 +131,15 @@ def compile(model: Compilable, *, device: str = "auto", **torch_compile_kwargs: 
         raise TypeError("xlabridge.compile: 'backend' is always 'xlabridge'; use torch.compile for another backend")
     options = dict(torch_compile_kwargs.pop("options", None) or {})
     options["device"] = device
+    if cache_dir is not None:
+        options["cache_dir"] = str(cache_dir)
     BackendOptions.from_mapping(options)
     if device == "xla":
         _optional.require("torch_xla", "xlabridge.compile(device='xla')")
+    if cache_dir is not None:
+        cache.configure(cache_dir)
+    else:
+        cache.configure_from_environment()
     compiled = torch.compile(model, backend="xlabridge", options=options, **torch_compile_kwargs)
     if isinstance(compiled, torch.nn.Module):
         compiled.forward = _raising_clear_errors(compiled.forward, model)

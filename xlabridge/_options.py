@@ -7,8 +7,11 @@ backend; ``xlabridge.compile`` builds the same dictionary from its keyword argum
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
+
+from xlabridge.cache import validate_cache_dir
 
 DEVICES = ("auto", "xla")
 
@@ -19,13 +22,18 @@ class BackendOptions:
 
     ``device``: ``"auto"`` compiles graphs on XLA devices through openxla and others through
     inductor; ``"xla"`` insists on XLA and reports graphs whose tensors are elsewhere.
+    ``cache_dir``: the persistent XLA compilation cache's directory (see ``xlabridge.cache``);
+    ``None`` leaves it to the ``XLABRIDGE_CACHE_DIR`` environment variable.
     """
 
     device: str = "auto"
+    cache_dir: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise ValueError(f"xlabridge option 'device' must be one of {DEVICES}, got {self.device!r}")
+        if self.cache_dir is not None:
+            validate_cache_dir(self.cache_dir)
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None) -> BackendOptions:
