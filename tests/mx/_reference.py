@@ -94,9 +94,13 @@ def e4m3_values(codes: np.ndarray) -> np.ndarray:
     return np.where(codes & 0x80, -mag, mag)
 
 
-def dequantize_reference(data: np.ndarray, scale: np.ndarray, block_size: int) -> np.ndarray:
-    """float64 ``P * 2**(scale - 127)`` per block; NaN for scale byte 0xFF."""
+def dequantize_reference(data: np.ndarray, scale: np.ndarray, block_size: int, ftz: bool = False) -> np.ndarray:
+    """float64 ``P * 2**(scale - 127)`` per block; NaN for scale byte 0xFF. ``ftz`` flushes
+    results below the smallest normal float32 to signed zeros, as XLA on CPU/TPU does."""
     values = e4m3_values(data).reshape(-1, block_size)
     exps = scale.reshape(-1).astype(np.float64)
     factor = np.where(exps == 0xFF, np.nan, 2.0 ** (exps - 127))
-    return (values * factor[:, None]).reshape(data.shape)
+    result = values * factor[:, None]
+    if ftz:
+        result = np.where(np.abs(result) < F32_TINY, np.copysign(0.0, result), result)
+    return result.reshape(data.shape)

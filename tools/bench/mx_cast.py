@@ -10,7 +10,7 @@ distinct inputs (>= 256 MB) that nothing is served from L2. PyTorch-side timings
 graph and read CUDA events (GPU time); JAX has no events, so its calls are timed back to back
 on the host clock after a warm-up, which at the small sizes includes dispatch time.
 
-XLA:GPU is probed first: each strategy of ``xlabridge/mx/_formulation.py`` is compiled in a fresh
+XLA:GPU is probed: each strategy of ``xlabridge/mx/_formulation.py`` is compiled in a fresh
 process with the default XLA options and with each fusion-related XLA flag the installed jaxlib
 knows, recording the kernels of the optimized HLO (``xlabridge.hlo.parse_kernels``).
 """
@@ -251,25 +251,14 @@ def jax_side(args) -> dict:
             summary = {k: result.get(k) for k in ("strategy", "flags", "kernel_count", "ms", "GBps", "bit_exact_vs_reference", "error")}
             print(json.dumps(summary), flush=True)
             probes.append(result)
-    ok = [p for p in probes if "error" not in p and p["bit_exact_vs_reference"]]
-    default = [p for p in ok if p["flags"] == ""]
-    best_default = min(default, key=lambda p: (p["kernel_count"], p["ms"])) if default else None
-    best_any = min(ok, key=lambda p: (p["kernel_count"], p["ms"])) if ok else None
     sizes = []
-    if best_any:
+    for strategy in (*STRATEGIES, "pallas"):
         for size_mb in SIZES_MB:
-            for pick in {id(best_default): best_default, id(best_any): best_any}.values():
-                if pick:
-                    row = run_probe(pick["strategy"], size_mb, pick["flags"])
-                    row.pop("hlo", None)
-                    sizes.append(row)
-                    print(json.dumps(row), flush=True)
-    for p in probes:
-        if p is not best_default and p is not best_any:
-            p.pop("hlo", None)
-    return {"candidate_flags": flags, "probes": probes, "sizes": sizes,
-            "best_default_flags": best_default and {k: best_default[k] for k in ("strategy", "kernel_count", "ms")},
-            "best_any_flags": best_any and {k: best_any[k] for k in ("strategy", "flags", "kernel_count", "ms")}}
+            row = run_probe(strategy, size_mb, "")
+            row.pop("hlo", None)
+            sizes.append(row)
+            print(json.dumps({k: row.get(k) for k in ("strategy", "size_MB", "kernel_count", "ms", "GBps", "error")}), flush=True)
+    return {"candidate_flags": flags, "probes": probes, "sizes": sizes}
 
 
 def main() -> None:
@@ -284,7 +273,7 @@ def main() -> None:
     if args.probe:
         print(json.dumps(jax_probe(args.probe[0], int(args.probe[1]), reps=20)))
         return
-    results = {}
+    results = {"commit": os.environ.get("XLABRIDGE_COMMIT"), "command": " ".join(sys.argv)}
     if not args.skip_torch:
         results["torch"] = torch_side(args)
     if not args.skip_jax:

@@ -55,6 +55,7 @@ class ArrayOps(Protocol):
     def mul(self, a: Array, b: Array) -> Array: ...
     def bit_and(self, a: Array, b: Array) -> Array: ...
     def shift_right(self, a: Array, bits: int) -> Array: ...
+    def div_int(self, a: Array, b: int) -> Array: ...
     def shift_left(self, a: Array, bits: int) -> Array: ...
     def maximum(self, a: Array, b: Array) -> Array: ...
     def eq(self, a: Array, b: Array) -> Array: ...
@@ -117,6 +118,21 @@ def _recomputed_code(ops: ArrayOps, blocks: Array, input_dtype: str, block_size:
     f32_bits = ops.bitcast(ops.convert(ops.bitcast(block_max, input_dtype), "f32"), "s32")
     code = scale_code(ops, f32_bits, rounding)
     return code if wide else ops.expand_last(code, block_size)
+
+
+def split_scale(ops: ArrayOps, code: Array) -> tuple[Array, Array]:
+    """Two normal float32 factors whose product is the scale 2**(code - 127) (code <= 254).
+
+    Dequantizing multiplies by both: 2**-127 itself is a float32 subnormal, which XLA on CPU
+    and TPU would read as zero; each half of the exponent stays within +-64.
+    """
+    exponent = ops.sub(code, C.E8M0_BIAS)
+    first = ops.div_int(exponent, 2)
+    second = ops.sub(exponent, first)
+    return (
+        ops.bitcast(ops.shift_left(ops.add(first, C.E8M0_BIAS), C.F32_MANTISSA_BITS), "f32"),
+        ops.bitcast(ops.shift_left(ops.add(second, C.E8M0_BIAS), C.F32_MANTISSA_BITS), "f32"),
+    )
 
 
 def cast_blocks(

@@ -50,6 +50,9 @@ class JaxOps:
     def bit_and(self, a, b):
         return a & _lift(a, b)
 
+    def div_int(self, a, b):
+        return lax.div(a, _lift(a, b))
+
     def shift_right(self, a, bits):
         return lax.shift_right_logical(a, _lift(a, bits))
 

@@ -42,6 +42,9 @@ class TorchOps:
     def bit_and(self, a, b):
         return a & b
 
+    def div_int(self, a, b):
+        return torch.div(a, b, rounding_mode="trunc")
+
     def shift_right(self, a, bits):
         return a >> bits
 
@@ -91,7 +94,6 @@ def from_mxfp8(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: 
     """Dequantize: ``data * 2**(scale - 127)`` computed in float32, NaN where the scale is 0xFF."""
     blocks = data.reshape(*data.shape[:-1], data.shape[-1] // block_size, block_size).to(torch.float32)
     code = scale.to(torch.int32).unsqueeze(-1)
-    factor = torch.where(code == 0, C.F32_HALF_SUBNORMAL_MANTISSA, code << C.F32_MANTISSA_BITS)
-    factor = factor.view(torch.float32)
-    values = torch.where(code == C.E8M0_NAN, float("nan"), blocks * factor)
+    first, second = _formulation.split_scale(TorchOps(), code)
+    values = torch.where(code == C.E8M0_NAN, float("nan"), blocks * first * second)
     return values.reshape(data.shape).to(dtype)

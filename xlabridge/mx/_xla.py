@@ -74,6 +74,9 @@ class XlaBuilderOps:
     def bit_and(self, a, b):
         return a & self._like(a, b)
 
+    def div_int(self, a, b):
+        return a / self._like(a, b)
+
     def shift_right(self, a, bits):
         # torch_xla's builder has no ShiftRight op; the formulation only shifts non-negative
         # values, for which a division by 2**bits is the same (XLA turns it back into a shift).
@@ -124,13 +127,6 @@ class XlaBuilderOps:
         return a.broadcast_in_dim(sizes + (size,), list(range(len(sizes))))
 
 
-def default_strategy() -> str:
-    """``two_pass`` on XLA:CPU, which has no multi-output fusion; ``recompute`` elsewhere."""
-    import torch_xla.runtime as xr
-
-    return "two_pass" if xr.device_type() == "CPU" else "recompute"
-
-
 @functools.lru_cache(maxsize=128)
 def _cast_computation(shape: tuple[int, ...], dtype: torch.dtype, block_size: int, rounding: str, strategy: str):
     xb = _xb()
@@ -153,19 +149,21 @@ def _dequantize_computation(shape: tuple[int, ...], block_size: int, dtype: torc
     scale = xb.mkparam(builder, 1, xb.mkshape("u8", shape[:-1] + (nblocks,)))
     values = data.reshape(shape[:-1] + (nblocks, block_size)).cast("f32")
     code = ops.expand_last(scale.cast("s32"), block_size)
-    factor = ops.bitcast(
-        ops.select(ops.eq(code, 0), C.F32_HALF_SUBNORMAL_MANTISSA, ops.shift_left(code, C.F32_MANTISSA_BITS)),
-        "f32",
-    )
-    values = ops.select(ops.eq(code, C.E8M0_NAN), float("nan"), ops.mul(values, factor))
+    first, second = _formulation.split_scale(ops, code)
+    values = ops.select(ops.eq(code, C.E8M0_NAN), float("nan"), ops.mul(ops.mul(values, first), second))
     return xb.Op.tuple([values.reshape(shape).cast(_XLA_TYPES[dtype])]).build(name)
 
 
-def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str, strategy: str | None = None):
-    """``(data, scale)`` of XLA tensor ``x``, as lazy XLA tensors from one XLA computation."""
+def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str, strategy: str = "two_pass"):
+    """``(data, scale)`` of XLA tensor ``x``, as lazy XLA tensors from one XLA computation.
+
+    ``two_pass`` is the default everywhere: on XLA:CPU it is the minimum of two kernels (one per
+    output; XLA:CPU has no multi-output fusion), and on XLA:GPU (measured through JAX on an
+    H100) its three kernels ran faster than the two of ``recompute`` (0.28 vs 0.31 ms, 256 MB).
+    """
     import torch_xla
 
-    computation = _cast_computation(tuple(x.shape), x.dtype, block_size, rounding, strategy or default_strategy())
+    computation = _cast_computation(tuple(x.shape), x.dtype, block_size, rounding, strategy)
     data, scale = torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_cast", [x], computation)
     return data, scale
 
