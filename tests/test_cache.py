@@ -91,28 +91,34 @@ def test_environment_variable_configures_and_late_configuration_warns(tmp_path):
     assert "already run a computation" in seen["warnings"][0]
 
 
-_TORCH_XLA_CACHE = """
-    import json, torch, torch_xla, torch_xla.runtime as xr, torch_xla.debug.metrics as met
-    xr.initialize_cache({path!r})
-    (torch.arange(16.0, device=torch_xla.device()).reshape(4, 4) @ torch.ones(4, 4, device=torch_xla.device())).cpu()
-    print(json.dumps({{name: met.counter_value(name) or 0 for name in
-        ("PersistentCacheMiss", "PersistentCacheHit", "PersistentCacheDeserializeFailure", "UncachedCompile")}}))
+_FORCED_ON = """
+    import json, torch, torch_xla, xlabridge
+    from xlabridge import cache
+    cache._cpu_cannot_load = lambda version: False   # what the cache would do without the CPU rule
+    status = cache.configure({path!r})
+    assert status["state"] == "enabled", status
+    model = torch.nn.Linear(4, 4).to(torch_xla.device())
+    with torch.no_grad():
+        xlabridge.compile(model)(torch.ones(2, 4).to(torch_xla.device())).cpu()
+    print(json.dumps(cache.status()))
 """
 
 
 @requires_xla
 @pytest.mark.slow
-def test_evidence_torch_xla_cache_cannot_load_entries_on_pjrt_cpu(tmp_path):
-    """Why the cache is off on CPU: torch_xla's own cache writes an entry, then fails to load it.
+def test_evidence_forced_on_pjrt_cpu_entries_are_written_then_fail_to_load(tmp_path):
+    """Why the cache is off on CPU, and that a failing cache is reported as such.
 
-    If a torch_xla release fixes this, this test fails: lift the rule in ``cache._cpu_cannot_load``.
+    With the CPU rule lifted, the first process writes its entry (a miss) and the second fails
+    to load it and compiles again. If a torch_xla release makes the second process hit, this
+    test fails: lift the rule in ``cache._cpu_cannot_load``.
     """
-    first = _python(_TORCH_XLA_CACHE.format(path=str(tmp_path)))
-    second = _python(_TORCH_XLA_CACHE.format(path=str(tmp_path)))
+    first = _python(_FORCED_ON.format(path=str(tmp_path)))
+    second = _python(_FORCED_ON.format(path=str(tmp_path)))
     assert first.returncode == 0 and second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
-    first_counts = json.loads(first.stdout.strip().splitlines()[-1])
-    second_counts = json.loads(second.stdout.strip().splitlines()[-1])
-    assert first_counts["PersistentCacheMiss"] == 1 and len(list(tmp_path.iterdir())) == 1
-    assert second_counts["PersistentCacheHit"] == 0
-    assert second_counts["PersistentCacheDeserializeFailure"] == 1 and second_counts["UncachedCompile"] == 1
+    cold = json.loads(first.stdout.strip().splitlines()[-1])
+    warm = json.loads(second.stdout.strip().splitlines()[-1])
+    assert cold["state"] == "enabled" and cold["misses"] >= 1 and cold["entries"] >= 1
+    assert warm["hits"] == 0 and warm["load_failures"] >= 1
+    assert warm["state"] == "failing" and "failed to load" in warm["reason"]
     assert "Deserializing serialized executable not supported" in second.stderr

@@ -113,9 +113,11 @@ def _enable(directory: Path, source: str) -> _Setting:
     version = _torch_xla_version()
     if _cpu_cannot_load(version):
         return _Setting(str(directory), source, "unsupported", CPU_CANNOT_LOAD.format(version=version))
-    import torch_xla.runtime as xr
-
-    xr.initialize_cache(str(directory))
+    if "torch_xla.runtime" in sys.modules:
+        sys.modules["torch_xla.runtime"].initialize_cache(str(directory))
+    else:  # what initialize_cache does, without importing torch_xla before the user does
+        os.environ["XLA_PERSISTENT_CACHE_PATH"] = str(directory)
+        os.environ["XLA_PERSISTENT_CACHE_READ_ONLY"] = "0"
     return _Setting(str(directory), source, "enabled")
 
 
