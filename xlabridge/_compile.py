@@ -111,6 +111,7 @@ def compile(
     *,
     device: str = "auto",
     cache_dir: str | os.PathLike[str] | None = None,
+    autocast_parity: bool = False,
     **torch_compile_kwargs: Any,
 ) -> Compilable:
     """``torch.compile(model, backend="xlabridge")``, with errors that name the bad argument.
@@ -123,6 +124,9 @@ def compile(
             process loads compiled graphs instead of compiling them (see ``xlabridge.cache``
             for where the XLA runtime can and cannot). Configured here, before the first XLA
             computation; ``None`` leaves it to ``XLABRIDGE_CACHE_DIR``.
+        autocast_parity: register the autocast ops CUDA casts and XLA does not
+            (``xlabridge.autocast.enable_parity``), here, before Dynamo traces anything, so
+            the traced dtypes already follow the new policy.
         **torch_compile_kwargs: passed on to ``torch.compile`` (``fullgraph``, ``dynamic``, ...).
     """
     if not callable(model):
@@ -133,6 +137,8 @@ def compile(
     options["device"] = device
     if cache_dir is not None:
         options["cache_dir"] = str(cache_dir)
+    if autocast_parity:
+        options["autocast_parity"] = autocast_parity
     BackendOptions.from_mapping(options)
     if device == "xla":
         _optional.require("torch_xla", "xlabridge.compile(device='xla')")
@@ -140,6 +146,10 @@ def compile(
         cache.configure(cache_dir)
     else:
         cache.configure_from_environment()
+    if autocast_parity:
+        from xlabridge.autocast import enable_parity
+
+        enable_parity()
     compiled = torch.compile(model, backend="xlabridge", options=options, **torch_compile_kwargs)
     if isinstance(compiled, torch.nn.Module):
         compiled.forward = _raising_clear_errors(compiled.forward, model)

@@ -24,16 +24,23 @@ class BackendOptions:
     inductor; ``"xla"`` insists on XLA and reports graphs whose tensors are elsewhere.
     ``cache_dir``: the persistent XLA compilation cache's directory (see ``xlabridge.cache``);
     ``None`` leaves it to the ``XLABRIDGE_CACHE_DIR`` environment variable.
+    ``autocast_parity``: register the autocast ops CUDA casts and XLA does not, with CUDA's
+    policy (``xlabridge.autocast.enable_parity``); opt-in, since it changes computed dtypes.
     """
 
     device: str = "auto"
     cache_dir: str | os.PathLike[str] | None = None
+    autocast_parity: bool = False
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise ValueError(f"xlabridge option 'device' must be one of {DEVICES}, got {self.device!r}")
         if self.cache_dir is not None:
             validate_cache_dir(self.cache_dir)
+        if not isinstance(self.autocast_parity, bool):
+            raise TypeError(
+                f"xlabridge option 'autocast_parity' must be a bool, got {type(self.autocast_parity).__name__}"
+            )
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None) -> BackendOptions:

@@ -13,7 +13,7 @@ before the first XLA graph compiles.
 
 from __future__ import annotations
 
-import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,22 +22,10 @@ import torch
 from xlabridge import _compile_path, _optional, cache
 from xlabridge._options import BackendOptions
 from xlabridge._placement import Target, describe_inputs, resolve_target
+from xlabridge.diagnostics import _hooks
 from xlabridge.errors import DeviceMismatchError
 
 INDUCTOR = "inductor"
-
-
-def _active_collectors() -> list[Any]:
-    hooks = sys.modules.get("xlabridge.diagnostics._hooks")
-    return list(hooks._ACTIVE) if hooks is not None else []
-
-
-def _record_path(path: str, reason: str) -> None:
-    collectors = _active_collectors()
-    if collectors:
-        compile_id = sys.modules["xlabridge.diagnostics._hooks"]._current_compile_id()
-        for collector in collectors:
-            collector.safely(collector.record_compile_path, compile_id, path, reason)
 
 
 def _configure_cache(cache_dir: Any) -> None:
@@ -45,17 +33,38 @@ def _configure_cache(cache_dir: Any) -> None:
     status = cache.configure(cache_dir) if cache_dir is not None else cache.configure_from_environment()
     if status is None or status["state"] == "enabled":
         return
-    message = f"xlabridge persistent cache at {status['directory']}: {status['state']}: {status['reason']}"
-    for collector in _active_collectors():
-        if message not in collector.report.warnings:
-            collector.report.warnings.append(message)
+    _hooks.add_report_warning(
+        f"xlabridge persistent cache at {status['directory']}: {status['state']}: {status['reason']}"
+    )
+
+
+def _enable_autocast_parity(gm: torch.fx.GraphModule) -> None:
+    """Apply the ``autocast_parity`` option; say so when it comes too late for this graph.
+
+    Dynamo traces a graph, dtypes included, before it calls the backend: kernels registered
+    now change how the graph computes, but not the dtypes Dynamo already recorded for it.
+    ``xlabridge.compile(..., autocast_parity=True)`` registers them before any trace.
+    """
+    from xlabridge.autocast import enable_parity
+
+    newly_registered = enable_parity().registered
+    uses_autocast = any("autocast" in str(node.target) for node in gm.graph.nodes)
+    if newly_registered and uses_autocast:
+        warnings.warn(
+            "xlabridge: options={'autocast_parity': True} took effect while compiling a graph that "
+            "Dynamo traced under the old autocast lists; its traced dtypes may be stale. Use "
+            "xlabridge.compile(model, autocast_parity=True) or call xlabridge.autocast.enable_parity() "
+            "before the first call.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _compile_for_xla(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
     from torch._dynamo.backends import torchxla
 
     path = _compile_path.choose(gm, example_inputs)
-    _record_path(path.name, path.reason)
+    _hooks.record_compile_path(path.name, path.reason)
     if path.name == _compile_path.FORWARD_ONLY:
         return torchxla.openxla_eval(gm, example_inputs)
     return torchxla.openxla(gm, example_inputs)
@@ -87,11 +96,13 @@ def xlabridge_backend(
     target = resolve_target(gm, example_inputs)
     if target is Target.XLA:
         _configure_cache(settings.cache_dir)
+        if settings.autocast_parity:
+            _enable_autocast_parity(gm)
         return _compile_for_xla(gm, example_inputs)
     if settings.device == "xla":
         raise DeviceMismatchError(
             f"xlabridge: device='xla' was requested, but {describe_inputs(gm, example_inputs)}. "
             f"Move the model and its inputs to the XLA device with .to(torch_xla.device())."
         )
-    _record_path(INDUCTOR, "no tensor on an XLA device")
+    _hooks.record_compile_path(INDUCTOR, "no tensor on an XLA device")
     return _compile_with_inductor(gm, example_inputs)

@@ -1,6 +1,6 @@
 """The ``xlabridge`` command.
 
-  xlabridge report [--json FILE] [--html FILE] -- python train.py ARGS...
+  xlabridge report [--json FILE] [--html FILE] [--cache-dir DIR] -- python train.py ARGS...
       run an unmodified script and report its graph breaks, HLO lowering breaks and
       recompilations; the report is written when the script exits, also when it raises.
 
@@ -53,6 +53,13 @@ def _report(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="xlabridge-report-") as directory:
         env = dict(os.environ)
         env["XLABRIDGE_REPORT_DIR"] = directory
+        if args.cache_dir:
+            from xlabridge import cache
+
+            try:
+                env[cache.ENV_VAR] = str(cache.validate_cache_dir(args.cache_dir))
+            except (TypeError, ValueError) as error:
+                raise SystemExit(f"xlabridge report: {error}") from None
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_bootstrap_dir(), env.get("PYTHONPATH")) if p)
         try:
             returncode = subprocess.call(command, env=env)
@@ -121,6 +128,9 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="report on an unmodified script: xlabridge report -- python train.py")
     report.add_argument("--json", metavar="FILE", help="also write the report as JSON (schema xlabridge.report/1)")
     report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with pictures")
+    report.add_argument(
+        "--cache-dir", metavar="DIR", help="persistent XLA compilation cache for the command (sets XLABRIDGE_CACHE_DIR)"
+    )
     report.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after '--'")
     report.set_defaults(run=_report)
 

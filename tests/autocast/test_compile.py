@@ -6,7 +6,6 @@ when its client starts.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -27,7 +26,7 @@ SCRIPT = textwrap.dedent(
     import torch, torch_xla
     import xlabridge.autocast as autocast
     mode = sys.argv[1]
-    options = {"autocast_parity": True} if mode == "option" else None
+    import xlabridge
     if mode == "api":
         autocast.enable_parity()
     dev = torch_xla.device()
@@ -51,7 +50,10 @@ SCRIPT = textwrap.dedent(
         torch_xla.sync()
         return loss.item(), [str(d) for d in dtypes], [l.grad.cpu().tolist() for l in leaves]
 
-    compiled = torch.compile(step, backend="xlabridge", options=options)
+    if mode == "option":
+        compiled = xlabridge.compile(step, autocast_parity=True)
+    else:
+        compiled = torch.compile(step, backend="xlabridge")
     loss, dtypes, grads = run(compiled)
 
     def reference(a, b, m, v, x):
@@ -101,9 +103,26 @@ def test_compiled_forward_and_backward_use_bf16_after_enable_parity(tmp_path) ->
 
 
 @requires_xla
-def test_backend_option_autocast_parity(tmp_path) -> None:
-    from xlabridge._options import BackendOptions
-
-    if "autocast_parity" not in {f.name for f in dataclasses.fields(BackendOptions)}:
-        pytest.skip("the backend does not take options={'autocast_parity': True} yet (xlabridge/_options.py)")
+def test_compile_option_autocast_parity(tmp_path) -> None:
     _check(*_run("option", tmp_path))
+
+
+@requires_xla
+def test_backend_option_autocast_parity_registers_and_warns_that_it_came_after_the_trace(xla_device) -> None:
+    import torch
+
+    import xlabridge.autocast as autocast
+
+    autocast.disable_parity()
+    m, v = torch.randn(5, 7, device=xla_device), torch.randn(7, device=xla_device)
+
+    def step(m, v):
+        with torch.autocast("xla", dtype=torch.bfloat16):
+            return torch.mv(m, v)
+
+    try:
+        with pytest.warns(RuntimeWarning, match="took effect while compiling a graph"):
+            torch.compile(step, backend="xlabridge", options={"autocast_parity": True})(m, v)
+        assert "aten::mv" in autocast.registered_by_xlabridge()
+    finally:
+        autocast.disable_parity()

@@ -49,4 +49,7 @@ def environment() -> dict[str, Any]:
         "argv": list(sys.argv),
     }
     info.update(_xla_runtime())
+    from xlabridge import cache
+
+    info["compilation_cache"] = cache.status()
     return info

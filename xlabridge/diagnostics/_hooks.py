@@ -125,6 +125,21 @@ def deactivate(collector: Collector) -> None:
             _uninstall()
 
 
+def record_compile_path(path: str, reason: str) -> None:
+    """Tell every active collector which path the backend chose for the graph being compiled."""
+    if _ACTIVE:
+        compile_id = _current_compile_id()
+        for collector in list(_ACTIVE):
+            collector.safely(collector.record_compile_path, compile_id, path, reason)
+
+
+def add_report_warning(message: str) -> None:
+    """Add ``message`` once to the warnings of every active report."""
+    for collector in list(_ACTIVE):
+        if message not in collector.report.warnings:
+            collector.report.warnings.append(message)
+
+
 def bridge_module() -> Any:
     """torch_xla's Dynamo bridge module, where the partitioning helpers live."""
     return importlib.import_module("torch_xla._dynamo.dynamo_bridge")
