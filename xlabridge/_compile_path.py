@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.multiprocessing.reductions import StorageWeakRef
+
+from xlabridge._placement import tensors_in
 
 FORWARD_ONLY = "forward-only"
 AOT_AUTOGRAD = "aot-autograd"
@@ -161,17 +163,6 @@ def _node_reason(node: torch.fx.Node) -> str | None:
     return None
 
 
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item)
-
-
 def _output_nodes(gm: torch.fx.GraphModule) -> list[Any]:
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     flat: list[Any] = []
@@ -183,11 +174,11 @@ def _alias_reason(placeholders: Sequence[torch.fx.Node], outputs: Sequence[torch
     input_storages = {
         StorageWeakRef(t.untyped_storage()): node.name
         for node in placeholders
-        for t in _tensors(_example(node))
+        for t in tensors_in(_example(node))
     }
     seen: dict[StorageWeakRef, str] = {}
     for node in outputs:
-        for tensor in _tensors(_example(node)):
+        for tensor in tensors_in(_example(node)):
             storage = StorageWeakRef(tensor.untyped_storage())
             if storage in input_storages:
                 return f"output {node.name} aliases input {input_storages[storage]}"
@@ -223,7 +214,7 @@ def _choose(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompileP
         if reason is not None:
             return CompilePath(AOT_AUTOGRAD, reason)
     outputs = [n for n in _output_nodes(gm) if isinstance(n, torch.fx.Node)]
-    if any(t.requires_grad for n in outputs for t in _tensors(_example(n))):
+    if any(t.requires_grad for n in outputs for t in tensors_in(_example(n))):
         return CompilePath(AOT_AUTOGRAD, "an output requires grad")
     alias = _alias_reason(placeholders, outputs)
     if alias is not None:

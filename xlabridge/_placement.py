@@ -20,12 +20,16 @@ class Target(enum.Enum):
     NATIVE = "native"
 
 
-def _tensor_values(value: Any) -> Iterable[torch.Tensor]:
+def tensors_in(value: Any) -> Iterable[torch.Tensor]:
+    """The tensors in ``value``: itself, or those nested in its lists, tuples and dicts."""
     if isinstance(value, torch.Tensor):
         yield value
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _tensor_values(item)
+            yield from tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from tensors_in(item)
 
 
 _SOURCE_PREFIXES = (
@@ -57,7 +61,7 @@ def describe_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     inputs = [
         (input_name(node), tensor)
         for node, value in zip(placeholders, example_inputs)
-        for tensor in _tensor_values(value)
+        for tensor in tensors_in(value)
     ]
     if not inputs:
         return "the graph has no tensor inputs"
@@ -67,11 +71,11 @@ def describe_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
 
 def resolve_target(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Target:
     """Where ``gm`` runs: XLA if any tensor of it, input or intermediate, is on an XLA device."""
-    tensors = [t for value in example_inputs for t in _tensor_values(value)]
+    tensors = [t for value in example_inputs for t in tensors_in(value)]
     tensors += [
         t
         for node in gm.graph.nodes
         if node.op != "placeholder"
-        for t in _tensor_values(node.meta.get("example_value"))
+        for t in tensors_in(node.meta.get("example_value"))
     ]
     return Target.XLA if any(t.device.type == "xla" for t in tensors) else Target.NATIVE
