@@ -17,15 +17,16 @@ Why it is written this way:
 * Division by the scale is a multiplication by 2**(127 - byte) built from its bits; for every
   finite block byte <= 247, so the factor is a normal float32 and the product is exact. The one
   rounding is the float32 -> float8_e4m3fn conversion (round to nearest even).
+* ``strategy="two_pass"`` (the default everywhere) broadcasts the reduction result back to the
+  block: the fewest operations. XLA makes two kernels of it on CPU (one per output; XLA:CPU has
+  no multi-output fusion) and three on GPU.
 * ``strategy="recompute"`` computes the data from a second, reduce-free block maximum (a chain
-  of elementwise maxima over the block's 32 slices) instead of broadcasting the reduction
-  result. XLA can't put a reduction and a consumer of its broadcast result into one kernel,
-  but it can put a reduction and an elementwise output over the same input shape into one
-  multi-output fusion; the recomputed maximum is what makes the data such an output.
-  ``strategy="two_pass"`` broadcasts the reduction result: the fewest operations, two kernels.
-  ``strategy="recompute_wide"`` broadcasts each slice to the block first and takes the maxima
-  over full-shape arrays, so no narrow per-block intermediate exists for XLA to materialize.
-  Recomputed maxima compare the input's own bit patterns (16-bit for bf16/f16), then widen.
+  of elementwise maxima over the block's slices) instead of the reduction result, so the data
+  can be an extra output of the reduction's fusion. XLA:GPU does put it there, but computes the
+  per-block maximum in a separate kernel rather than once per element: two kernels, and slower
+  than two_pass. ``recompute_wide`` broadcasts each slice first so no per-block intermediate
+  exists; XLA:GPU still splits it. Measured in tools/bench/results/mx_cast_h100.json; the one-
+  kernel XLA:GPU cast is the Pallas kernel of ``_pallas.py``, whose body is this code.
 """
 
 from __future__ import annotations
