@@ -12,7 +12,7 @@ import torch
 
 import xlabridge
 from tests import models
-from tests.conftest import requires_xla
+from tests.conftest import requires_cuda, requires_xla
 from xlabridge.errors import DeviceMismatchError, MissingDependencyError
 
 REAL_MODELS = ["gpt2", "bert", "llama", "t5", "resnet18"]
@@ -114,6 +114,17 @@ def test_cpu_graphs_go_to_inductor():
     x, y = torch.randn(16, 8), torch.randn(8, 4)
     torch.testing.assert_close(xlabridge.compile(fn)(x, y), fn(x, y))
     assert counters["inductor"], "inductor did not compile the CPU graph"
+
+
+@requires_cuda
+def test_cuda_graphs_go_to_inductor_and_match_eager():
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).cuda()
+    x = torch.randn(32, 64, device="cuda")
+    torch.testing.assert_close(xlabridge.compile(model)(x), model(x), rtol=1e-4, atol=1e-4)
+    assert counters["inductor"], "inductor did not compile the CUDA graph"
 
 
 def test_without_torch_xla_import_works_and_cpu_models_run_through_inductor():

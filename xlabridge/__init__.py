@@ -4,7 +4,7 @@ Importing xlabridge needs only torch; torch_xla, Triton and JAX are loaded by th
 that use them, and each says what it needs when it is missing.
 """
 
-from xlabridge import autocast, cache, diagnostics
+from xlabridge import autocast, cache, diagnostics, hlo, mx
 from xlabridge._compile import compile
 from xlabridge.backend import xlabridge_backend
 from xlabridge.diagnostics import Report, compare, diagnose, explain
@@ -26,5 +26,7 @@ __all__ = [
     "autocast",
     "cache",
     "diagnostics",
+    "hlo",
+    "mx",
     "xlabridge_backend",
 ]

@@ -9,6 +9,7 @@ compilations, from a counter that costs under a microsecond.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +24,7 @@ FULLY_MEASURED_CALLS = 3
 _METRICS = ("CompileTime", "RunCachedGraphOutputData", "TransferToDeviceTime", "TransferFromDeviceTime")
 
 
+@functools.cache
 def _metrics_module() -> Any:
     return importlib.import_module("torch_xla.debug.metrics")
 
