@@ -21,6 +21,7 @@ counter reads and one record), reported as a share of the step time. Writes JSON
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -34,9 +35,8 @@ RESULT = ROOT / "tools" / "bench" / "results" / "diagnostics_overhead.json"
 CONFIGS = ("openxla", "xlabridge+diagnose")
 
 
-def worker(model_name: str, config: str, steps: int) -> dict:
-    import contextlib
-
+def _trainer(model_name: str, backend: str):
+    """A timed training step (forward, backward, SGD update, sync, wait) of a fresh model copy."""
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
@@ -44,13 +44,9 @@ def worker(model_name: str, config: str, steps: int) -> dict:
     sys.path.insert(0, str(ROOT))
     from tests import models
 
-    import xlabridge.diagnostics as xd
-
-    device = torch_xla.device()
-    model, inputs = models.build(model_name, device)
+    model, inputs = models.build(model_name, torch_xla.device())
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    backend = "openxla" if config == "openxla" else "xlabridge"
-    observing = xd.diagnose() if config != "openxla" else contextlib.nullcontext()
+    compiled = torch.compile(model, backend=backend)
 
     def train_step() -> float:
         start = time.perf_counter()
@@ -62,8 +58,16 @@ def worker(model_name: str, config: str, steps: int) -> dict:
         xm.wait_device_ops()
         return time.perf_counter() - start
 
+    return train_step
+
+
+def worker(model_name: str, config: str, steps: int) -> dict:
+    """First call and steady median of one configuration, alone in this process."""
+    import xlabridge.diagnostics as xd
+
+    observing = xd.diagnose() if config != "openxla" else contextlib.nullcontext()
     with observing as report:
-        compiled = torch.compile(model, backend=backend)
+        train_step = _trainer(model_name, "openxla" if config == "openxla" else "xlabridge")
         first = train_step()
         for _ in range(3):
             train_step()
@@ -85,41 +89,13 @@ def paired_worker(model_name: str, steps: int, *, observe: bool = True) -> dict:
     With ``observe=False`` the second copy is plain openxla too: the control, which shows
     what the pairing itself (a second model in the process) measures as a difference.
     """
-    import contextlib
-
-    import torch
-    import torch_xla
-    import torch_xla.core.xla_model as xm
-
-    sys.path.insert(0, str(ROOT))
-    from tests import models
-
     import xlabridge.diagnostics as xd
 
-    device = torch_xla.device()
-
-    def trainer(backend: str):
-        model, inputs = models.build(model_name, device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-        compiled = torch.compile(model, backend=backend)
-
-        def train_step() -> float:
-            start = time.perf_counter()
-            loss = models.loss_of(compiled(**inputs))
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            torch_xla.sync()
-            xm.wait_device_ops()
-            return time.perf_counter() - start
-
-        return train_step
-
-    plain = trainer("openxla")
+    plain = _trainer(model_name, "openxla")
     for _ in range(4):
         plain()
     with xd.diagnose() if observe else contextlib.nullcontext():
-        observed = trainer("xlabridge" if observe else "openxla")
+        observed = _trainer(model_name, "xlabridge" if observe else "openxla")
         for _ in range(4):
             observed()
         plain_times, observed_times = [], []
