@@ -37,10 +37,3 @@ def require(module: str, feature: str) -> types.ModuleType:
         hint = _INSTALL_HINTS.get(module, f"pip install {module}")
         raise MissingDependencyError(f"{feature} needs {module}, which is not installed: {hint}.")
     return importlib.import_module(module)
-
-
-def torch_xla_loaded() -> bool:
-    """Whether torch_xla is already imported (so touching it costs nothing)."""
-    import sys
-
-    return "torch_xla" in sys.modules

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -32,8 +33,6 @@ def _merged_report(directory: Path):
 
     report = Report()
     paths = sorted(directory.glob("report-*.json"), key=lambda p: p.stat().st_mtime)
-    import json
-
     for path in paths:
         part = Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
         if not report.environment:
@@ -101,8 +100,6 @@ def _load_step(target: str) -> tuple:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    import json
-
     from xlabridge.diagnostics.compare import compare
 
     step, step_args, step_kwargs = _load_step(args.target)

@@ -17,7 +17,6 @@ afterwards they run as they would unobserved. Nothing here runs a graph an extra
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -138,8 +137,3 @@ def add_report_warning(message: str) -> None:
     for collector in list(_ACTIVE):
         if message not in collector.report.warnings:
             collector.report.warnings.append(message)
-
-
-def bridge_module() -> Any:
-    """torch_xla's Dynamo bridge module, where the partitioning helpers live."""
-    return importlib.import_module("torch_xla._dynamo.dynamo_bridge")

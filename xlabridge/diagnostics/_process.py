@@ -10,9 +10,6 @@ from pathlib import Path
 from xlabridge.diagnostics import _hooks
 from xlabridge.diagnostics._collector import Collector
 
-REPORT_DIR_VARIABLE = "XLABRIDGE_REPORT_DIR"
-
-
 def collect_until_exit(directory: str) -> None:
     """Observe this process from now on; at exit write ``report-<pid>.json`` into ``directory``."""
     collector = Collector()
