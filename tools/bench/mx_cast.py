@@ -1,23 +1,25 @@
 """MXFP8 cast benchmark on a CUDA GPU: the Triton kernel, torch.compile of the naive and the
-reordered PyTorch code, the JAX/XLA:GPU version of xlabridge's formulation, and a plain device
-copy of the input as the bandwidth ceiling, for inputs from 1 MB to 1 GB.
+reordered PyTorch code, the JAX/XLA:GPU versions of xlabridge's formulation (plain ops and the
+Pallas kernel), and a plain device copy of the input as the bandwidth ceiling, for inputs from
+1 MB to 1 GB.
 
     PYTHONPATH=. python3 tools/bench/mx_cast.py --out results.json
 
 GB/s counts the bytes a kernel must move: the cast reads the input and writes the float8 data
 and the scale bytes; the copy reads and writes the input. Every timed callable runs over enough
-distinct inputs (>= 256 MB) that nothing is served from L2. PyTorch-side timings replay a CUDA
-graph and read CUDA events (GPU time); JAX has no events, so its calls are timed back to back
-on the host clock after a warm-up, which at the small sizes includes dispatch time.
+distinct inputs (>= 256 MB) that nothing is served from L2. All times are GPU time: the
+PyTorch side replays a CUDA graph between CUDA events; the JAX side reads each kernel's duration
+from CUPTI (through torch.profiler, which records the whole process's kernels) and is compared
+with a JAX copy timed the same way in the same process. Host-clock times are kept alongside.
 
-XLA:GPU is probed: each strategy of ``xlabridge/mx/_formulation.py`` is compiled in a fresh
-process with the default XLA options and with each fusion-related XLA flag the installed jaxlib
-knows, recording the kernels of the optimized HLO (``xlabridge.hlo.parse_kernels``).
+XLA:GPU kernel counts come from the optimized HLO (``xlabridge.hlo.parse_kernels``). ``--flags``
+also compiles the plain-op strategies under XLA:GPU fusion flags, one process per flag.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -28,6 +30,7 @@ import time
 
 MB = 2**20
 SIZES_MB = (1, 16, 64, 256, 1024)
+PALLAS_TILES = (32, 64, 128, 256, 512)
 K = 8192
 WORKING_SET = 256 * MB
 FLAG_HINTS = ("triton_softmax", "multi_output", "block_level", "normalization", "generic_triton",
@@ -122,6 +125,12 @@ def torch_side(args) -> dict:
     results["triton_config"] = {"tile": best["tile"], "num_warps": best["num_warps"]}
 
     results["kernels"] = {name: kernels_of(fn, x) for name, fn in [("xlabridge_cuda", xlabridge_cast), *compiled.items()]}
+    from torch._inductor.utils import run_and_get_code
+
+    results["inductor_code"] = {
+        name: "\n".join(run_and_get_code(torch.compile(fn), x)[1])
+        for name, fn in (("compile_view_first", naive), ("compile_cast_first", reordered))
+    }
     ref_data, ref_scale = xlabridge_cast(x)
     results["agree_with_xlabridge"] = {
         name: bool(torch.equal(fn(x)[0].view(torch.uint8), ref_data.view(torch.uint8)) and torch.equal(fn(x)[1], ref_scale))
@@ -181,97 +190,138 @@ def candidate_flags() -> list[str]:
     return sorted(n for n in names if any(h in n for h in FLAG_HINTS) and not n.endswith("_"))
 
 
-def jax_probe(strategy: str, size_mb: int, reps: int) -> dict:
-    """Runs in its own process (XLA_FLAGS are per process): compile, count, check, time."""
+def device_time(jax, fn, inputs, reps: int) -> dict:
+    """GPU time of one call of jitted ``fn``, read from CUPTI (torch.profiler sees every CUDA
+    kernel of the process, JAX's included): ``busy_ms`` sums the kernels' own durations,
+    ``span_ms`` is first kernel start to last kernel end over ``reps`` calls dispatched back to
+    back, divided by ``reps``. Also the host-clock time of the same loop."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    jax.block_until_ready(fn(inputs[0]))
+    activities = [ProfilerActivity.CUDA] if torch.cuda.is_available() else [ProfilerActivity.CPU]
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        outputs = [fn(inputs[i % len(inputs)]) for i in range(reps)]
+        jax.block_until_ready(outputs)
+        host_ms = (time.perf_counter() - start) / reps * 1e3
+    del outputs
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    result = {"host_ms": host_ms}
+    if kernels:
+        result["busy_ms"] = sum(e.time_range.elapsed_us() for e in kernels) / reps / 1e3
+        result["span_ms"] = (max(e.time_range.end for e in kernels) - min(e.time_range.start for e in kernels)) / reps / 1e3
+        result["kernels_per_call"] = len(kernels) / reps
+    return result
+
+
+def jax_probe(size_mb: int, variants: list[str], reps: int) -> dict:
+    """Runs in its own process (XLA_FLAGS are per process). For each variant (a strategy of
+    the formulation, ``pallas`` or ``pallas@TILE``, and ``copy``): compile, count kernels,
+    check bit-exactness on special-value inputs, and time on ``size_mb`` inputs."""
     import jax
     import jax.numpy as jnp
     import numpy as np
-
-    sys.path.insert(0, os.getcwd())
     import torch
 
+    sys.path.insert(0, os.getcwd())
     from tests.mx._cases import make_input
     from tests.mx._reference import mxfp8_reference
     from xlabridge.hlo import parse_kernels
     from xlabridge.mx import _jax, _pallas
 
-    if strategy == "pallas":
-        cast = jax.jit(lambda a: _pallas.to_mxfp8(a, 32, "floor"))
-    else:
-        cast = jax.jit(lambda a: _jax.to_mxfp8(a, 32, "floor", strategy))
-    small = make_input((256, 1024), torch.bfloat16, seed=1)
-    data, scale = cast(jnp.asarray(small.float().numpy()).astype(jnp.bfloat16))
-    got = (np.asarray(data).view(np.uint8), np.asarray(scale))
-    exact = {}
-    for ftz in (False, True):
-        ref = mxfp8_reference(small.double().numpy(), 32, "floor", ftz=ftz)
-        exact["ftz" if ftz else "ieee"] = bool((got[0] == ref[0]).all() and (got[1] == ref[1]).all())
+    if torch.cuda.is_available():
+        torch.cuda.init()
     shape = shape_for(size_mb)
     count = max(1, WORKING_SET // (size_mb * MB))
     keys = jax.random.split(jax.random.PRNGKey(0), count)
     inputs = [jax.random.normal(k, shape, jnp.bfloat16) for k in keys]
-    report = parse_kernels(cast.lower(inputs[0]).compile().as_text())
-    jax.block_until_ready(cast(inputs[0]))
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        out = None
-        for i in range(reps):
-            out = cast(inputs[i % count])
-        jax.block_until_ready(out)
-        times.append((time.perf_counter() - start) / reps * 1e3)
     numel = shape[0] * shape[1]
-    ms = statistics.median(times)
-    return {"strategy": strategy, "size_MB": size_mb, "kernels": list(report.kernels), "kernel_count": report.count,
-            "bit_exact_vs_reference": exact["ieee"], "bit_exact_vs_ftz_reference": exact["ftz"], "ms": ms, "GBps": (2 * numel + numel + numel // 32) / ms / 1e6,
-            "jax": jax.__version__, "hlo": report.hlo if size_mb == 256 else None}
+    small = make_input((256, 1024), torch.bfloat16, seed=1)
+    small_jax = jnp.asarray(small.float().numpy()).astype(jnp.bfloat16)
+    rows = []
+    for variant in variants:
+        if variant == "copy":
+            fn = jax.jit(lambda a: -a)  # reads and writes every byte once, like a copy; XLA elides a plain copy
+            moved = 4 * numel
+        elif variant.startswith("pallas"):
+            tile = int(variant.partition("@")[2] or _pallas.TILE)
+            fn = jax.jit(functools.partial(_pallas.to_mxfp8, block_size=32, rounding="floor", tile=tile))
+            moved = 2 * numel + numel + numel // 32
+        else:
+            fn = jax.jit(functools.partial(_jax.to_mxfp8, block_size=32, rounding="floor", strategy=variant))
+            moved = 2 * numel + numel + numel // 32
+        report = parse_kernels(fn.lower(inputs[0]).compile().as_text())
+        row = {"variant": variant, "size_MB": size_mb, "kernels": list(report.kernels), "kernel_count": report.count}
+        if variant != "copy":
+            data, scale = fn(small_jax)
+            data_ref, scale_ref = mxfp8_reference(small.double().numpy(), 32, "floor")
+            row["bit_exact_vs_reference"] = bool((np.asarray(data).view(np.uint8) == data_ref).all() and (np.asarray(scale) == scale_ref).all())
+        row.update(device_time(jax, fn, inputs, reps))
+        row["GBps"] = moved / row.get("busy_ms", row["host_ms"]) / 1e6
+        rows.append(row)
+    copy = next((r for r in rows if r["variant"] == "copy"), None)
+    for row in rows:
+        if copy and row is not copy and "busy_ms" in row and "busy_ms" in copy:
+            row["vs_copy"] = row["GBps"] / copy["GBps"]
+    return {"jax": jax.__version__, "rows": rows}
 
 
-def run_probe(strategy: str, size_mb: int, flags: str, timeout: float = 120) -> dict:
+def run_probe(size_mb: int, variants: list[str], flags: str = "", reps: int = 20, timeout: float = 180) -> dict:
     env = dict(os.environ, XLA_FLAGS=flags, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONPATH=os.getcwd())
-    cmd = [sys.executable, __file__, "--probe", strategy, str(size_mb)]
+    cmd = [sys.executable, __file__, "--probe", str(size_mb), ",".join(variants), str(reps)]
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"strategy": strategy, "flags": flags, "error": "timeout"}
+        return {"flags": flags, "variants": variants, "error": "timeout"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        return {"strategy": strategy, "flags": flags, "error": done.stderr.strip().splitlines()[-3:]}
+        return {"flags": flags, "variants": variants, "error": done.stderr.strip().splitlines()[-3:]}
     return dict(json.loads(lines[-1]), flags=flags)
+
+
+def _summary(row: dict) -> dict:
+    keys = ("variant", "size_MB", "kernel_count", "busy_ms", "span_ms", "host_ms", "GBps", "vs_copy", "bit_exact_vs_reference")
+    return {k: row[k] for k in keys if k in row}
 
 
 def jax_side(args) -> dict:
     from xlabridge.mx._formulation import STRATEGIES
 
-    flags = args.flags.split(",") if args.flags is not None else candidate_flags()[: args.max_flags]
-    probes = []
-    for strategy in (*STRATEGIES, "pallas"):
-        for flag in [""] + ([f"--{name}=true" for name in flags if name] if strategy != "pallas" else []):
-            result = run_probe(strategy, 256, flag)
-            summary = {k: result.get(k) for k in ("strategy", "flags", "kernel_count", "ms", "GBps", "bit_exact_vs_reference", "error")}
-            print(json.dumps(summary), flush=True)
-            probes.append(result)
+    results: dict = {}
+    sweep = run_probe(256, ["copy"] + [f"pallas@{tile}" for tile in PALLAS_TILES])
+    results["pallas_tile_sweep_256MB"] = sweep
+    timed = [r for r in sweep.get("rows", []) if r["variant"].startswith("pallas") and "busy_ms" in r]
+    best = min(timed, key=lambda r: r["busy_ms"])["variant"] if timed else "pallas"
+    results["pallas_variant"] = best
+    print(json.dumps({"pallas_tile_sweep": [_summary(r) for r in sweep.get("rows", [])], "error": sweep.get("error")}), flush=True)
     sizes = []
-    for strategy in (*STRATEGIES, "pallas"):
-        for size_mb in SIZES_MB:
-            row = run_probe(strategy, size_mb, "")
-            row.pop("hlo", None)
-            sizes.append(row)
-            print(json.dumps({k: row.get(k) for k in ("strategy", "size_MB", "kernel_count", "ms", "GBps", "error")}), flush=True)
-    return {"candidate_flags": flags, "probes": probes, "sizes": sizes}
+    for size_mb in SIZES_MB:
+        probe = run_probe(size_mb, ["copy", *STRATEGIES, best], reps=50 if size_mb <= 16 else 20)
+        sizes.append(probe)
+        print(json.dumps({"size_MB": size_mb, "rows": [_summary(r) for r in probe.get("rows", [])], "error": probe.get("error")}), flush=True)
+    results["sizes"] = sizes
+    flags = candidate_flags() if args.flags == "discover" else [f for f in (args.flags or "").split(",") if f]
+    probes = []
+    for flag in flags:
+        probe = run_probe(256, list(STRATEGIES), flags=f"--{flag}=true")
+        probes.append(probe)
+        print(json.dumps({"flags": flag, "rows": [_summary(r) for r in probe.get("rows", [])], "error": probe.get("error")}), flush=True)
+    results["flag_probes"] = probes
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="mx_cast.json")
-    parser.add_argument("--max-flags", type=int, default=14)
-    parser.add_argument("--flags", help="comma-separated XLA:GPU flags to try (default: discover)")
+    parser.add_argument("--flags", help="XLA:GPU flags to probe the plain-op strategies with at 256 MB: comma-separated "
+                        "names, or 'discover' for every fusion-related flag the installed jaxlib names (default: none)")
     parser.add_argument("--skip-jax", action="store_true")
     parser.add_argument("--skip-torch", action="store_true")
-    parser.add_argument("--probe", nargs=2, metavar=("STRATEGY", "SIZE_MB"), help=argparse.SUPPRESS)
+    parser.add_argument("--probe", nargs=3, metavar=("SIZE_MB", "VARIANTS", "REPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
-        print(json.dumps(jax_probe(args.probe[0], int(args.probe[1]), reps=20)))
+        print(json.dumps(jax_probe(int(args.probe[0]), args.probe[1].split(","), int(args.probe[2]))))
         return
     results = {"commit": os.environ.get("XLABRIDGE_COMMIT"), "command": " ".join(sys.argv)}
     if not args.skip_torch:

@@ -21,6 +21,7 @@ from jax.experimental import pallas as pl
 from xlabridge.mx import _formulation
 from xlabridge.mx._jax import JaxOps, input_dtype_name
 
+# Blocks of 32 values per program instance; tools/bench/mx_cast.py sweeps it on the H100.
 TILE = 128
 
 
@@ -30,13 +31,13 @@ def _kernel(x_ref, data_ref, scale_ref, *, input_dtype: str, block_size: int, ro
     scale_ref[...] = scale
 
 
-@functools.partial(jax.jit, static_argnames=("block_size", "rounding", "interpret"))
-def to_mxfp8(x: jax.Array, block_size: int = 32, rounding: str = "floor", interpret: bool = False):
+@functools.partial(jax.jit, static_argnames=("block_size", "rounding", "interpret", "tile"))
+def to_mxfp8(x: jax.Array, block_size: int = 32, rounding: str = "floor", interpret: bool = False, tile: int = TILE):
     """``(data, scale)`` of JAX array ``x`` from one Pallas kernel (``interpret=True`` runs
-    the kernel body on any backend, for testing)."""
+    the kernel body on any backend, for testing; ``tile`` blocks per program instance)."""
     n_blocks = x.size // block_size
     blocks = x.reshape(n_blocks, block_size)
-    tile = min(TILE, 1 << max(n_blocks - 1, 0).bit_length())
+    tile = min(tile, 1 << max(n_blocks - 1, 0).bit_length())
     kernel = functools.partial(_kernel, input_dtype=input_dtype_name(x.dtype), block_size=block_size, rounding=rounding)
     data, scale = pl.pallas_call(
         kernel,
