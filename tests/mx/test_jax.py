@@ -68,3 +68,24 @@ def test_pallas_kernel_is_one_kernel_on_gpu(jax_env):
     x = jnp.ones((1024, 4096), jnp.bfloat16)
     report = parse_kernels(jax.jit(lambda a: _pallas.to_mxfp8(a, 32, "floor")).lower(x).compile().as_text())
     assert report.count == 1 and report.kernels[0].startswith("custom-call/"), report
+
+
+@pytest.mark.parametrize("n_blocks", [1, 3, 16, 1000, 16384, 262144, 1 << 22])
+def test_pallas_default_tile_keeps_the_gpu_busy(n_blocks):
+    from xlabridge.mx import _pallas
+
+    tile = _pallas.default_tile(n_blocks)
+    assert tile & (tile - 1) == 0 and tile <= _pallas.MAX_TILE
+    assert tile == _pallas.MIN_TILE or tile >= n_blocks or n_blocks // tile >= _pallas.MIN_PROGRAMS
+    assert tile == _pallas.MAX_TILE or n_blocks // (2 * tile) < _pallas.MIN_PROGRAMS
+
+
+@pytest.mark.parametrize("tile", [16, 64])
+def test_pallas_kernel_partial_last_tile(jax_env, tile):
+    """Blocks that don't fill the last program's tile are cast like the rest."""
+    jax, jnp, on_gpu, dtypes = jax_env
+    from xlabridge.mx import _pallas
+
+    x = make_input((7, 320), torch.bfloat16, seed=23)  # 70 blocks
+    result = _pallas.to_mxfp8(jnp.asarray(x.float().numpy()).astype(jnp.bfloat16), 32, "rceil", interpret=not on_gpu, tile=tile)
+    _check(result, x, "rceil", ftz=not on_gpu)

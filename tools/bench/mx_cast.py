@@ -30,7 +30,7 @@ import time
 
 MB = 2**20
 SIZES_MB = (1, 16, 64, 256, 1024)
-PALLAS_TILES = (32, 64, 128, 256, 512)
+PALLAS_TILES = (16, 32, 64, 128, 256, 512)
 K = 8192
 WORKING_SET = 256 * MB
 FLAG_HINTS = ("triton_softmax", "multi_output", "block_level", "normalization", "generic_triton",
@@ -245,7 +245,7 @@ def jax_probe(size_mb: int, variants: list[str], reps: int) -> dict:
             fn = jax.jit(lambda a: -a)  # reads and writes every byte once, like a copy; XLA elides a plain copy
             moved = 4 * numel
         elif variant.startswith("pallas"):
-            tile = int(variant.partition("@")[2] or _pallas.TILE)
+            tile = int(variant.partition("@")[2]) if "@" in variant else None
             fn = jax.jit(functools.partial(_pallas.to_mxfp8, block_size=32, rounding="floor", tile=tile))
             moved = 2 * numel + numel + numel // 32
         else:
@@ -289,15 +289,10 @@ def jax_side(args) -> dict:
     from xlabridge.mx._formulation import STRATEGIES
 
     results: dict = {}
-    sweep = run_probe(256, ["copy"] + [f"pallas@{tile}" for tile in PALLAS_TILES])
-    results["pallas_tile_sweep_256MB"] = sweep
-    timed = [r for r in sweep.get("rows", []) if r["variant"].startswith("pallas") and "busy_ms" in r]
-    best = min(timed, key=lambda r: r["busy_ms"])["variant"] if timed else "pallas"
-    results["pallas_variant"] = best
-    print(json.dumps({"pallas_tile_sweep": [_summary(r) for r in sweep.get("rows", [])], "error": sweep.get("error")}), flush=True)
     sizes = []
     for size_mb in SIZES_MB:
-        probe = run_probe(size_mb, ["copy", *STRATEGIES, best], reps=50 if size_mb <= 16 else 20)
+        variants = ["copy", *STRATEGIES, "pallas", *(f"pallas@{tile}" for tile in PALLAS_TILES)]
+        probe = run_probe(size_mb, variants, reps=50 if size_mb <= 16 else 20)
         sizes.append(probe)
         print(json.dumps({"size_MB": size_mb, "rows": [_summary(r) for r in probe.get("rows", [])], "error": probe.get("error")}), flush=True)
     results["sizes"] = sizes

@@ -21,8 +21,20 @@ from jax.experimental import pallas as pl
 from xlabridge.mx import _formulation
 from xlabridge.mx._jax import JaxOps, input_dtype_name
 
-# Blocks of 32 values per program instance; tools/bench/mx_cast.py sweeps it on the H100.
-TILE = 128
+# Blocks per program instance: up to MAX_TILE, fewer when that would leave fewer than
+# MIN_PROGRAMS programs (an H100 has 132 SMs; a 1 MB input has only 16384 blocks).
+# tools/bench/mx_cast.py sweeps the tile at every size on the H100.
+MAX_TILE = 256
+MIN_TILE = 16
+MIN_PROGRAMS = 1024
+
+
+def default_tile(n_blocks: int) -> int:
+    """The tile the kernel uses for ``n_blocks`` blocks: a power of two (Triton's block shapes are)."""
+    tile = MAX_TILE
+    while tile > MIN_TILE and n_blocks // tile < MIN_PROGRAMS:
+        tile //= 2
+    return min(tile, 1 << max(n_blocks - 1, 0).bit_length())
 
 
 def _kernel(x_ref, data_ref, scale_ref, *, input_dtype: str, block_size: int, rounding: str):
@@ -32,12 +44,13 @@ def _kernel(x_ref, data_ref, scale_ref, *, input_dtype: str, block_size: int, ro
 
 
 @functools.partial(jax.jit, static_argnames=("block_size", "rounding", "interpret", "tile"))
-def to_mxfp8(x: jax.Array, block_size: int = 32, rounding: str = "floor", interpret: bool = False, tile: int = TILE):
+def to_mxfp8(x: jax.Array, block_size: int = 32, rounding: str = "floor", interpret: bool = False, tile: int | None = None):
     """``(data, scale)`` of JAX array ``x`` from one Pallas kernel (``interpret=True`` runs
-    the kernel body on any backend, for testing; ``tile`` blocks per program instance)."""
+    the kernel body on any backend, for testing; ``tile``, a power of two, overrides the
+    blocks per program instance)."""
     n_blocks = x.size // block_size
     blocks = x.reshape(n_blocks, block_size)
-    tile = min(tile, 1 << max(n_blocks - 1, 0).bit_length())
+    tile = default_tile(n_blocks) if tile is None else min(tile, 1 << max(n_blocks - 1, 0).bit_length())
     kernel = functools.partial(_kernel, input_dtype=input_dtype_name(x.dtype), block_size=block_size, rounding=rounding)
     data, scale = pl.pallas_call(
         kernel,
