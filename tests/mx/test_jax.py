@@ -80,12 +80,15 @@ def test_pallas_default_tile_keeps_the_gpu_busy(n_blocks):
     assert tile == _pallas.MAX_TILE or n_blocks // (2 * tile) < _pallas.MIN_PROGRAMS
 
 
-@pytest.mark.parametrize("tile", [16, 64])
-def test_pallas_kernel_partial_last_tile(jax_env, tile):
-    """Blocks that don't fill the last program's tile are cast like the rest."""
+@pytest.mark.parametrize(
+    ("shape", "tile"), [((7, 320), 16), ((7, 320), 64), ((7, 320), 128), ((1000, 96), None), ((5, 4128), 256)]
+)
+def test_pallas_kernel_partial_last_tile(jax_env, shape, tile):
+    """Blocks that don't fill the last program's tile are cast like the rest, and nothing is
+    written past the outputs (on the H100, unmasked stores there corrupted the scale bytes)."""
     jax, jnp, on_gpu, dtypes = jax_env
     from xlabridge.mx import _pallas
 
-    x = make_input((7, 320), torch.bfloat16, seed=23)  # 70 blocks
+    x = make_input(shape, torch.bfloat16, seed=23)
     result = _pallas.to_mxfp8(jnp.asarray(x.float().numpy()).astype(jnp.bfloat16), 32, "rceil", interpret=not on_gpu, tile=tile)
     _check(result, x, "rceil", ftz=not on_gpu)

@@ -17,6 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
 
 from xlabridge.mx import _formulation
 from xlabridge.mx._jax import JaxOps, input_dtype_name
@@ -37,10 +38,22 @@ def default_tile(n_blocks: int) -> int:
     return min(tile, 1 << max(n_blocks - 1, 0).bit_length())
 
 
-def _kernel(x_ref, data_ref, scale_ref, *, input_dtype: str, block_size: int, rounding: str):
-    data, scale = _formulation.cast_blocks(JaxOps(), x_ref[...], input_dtype, block_size, rounding, "two_pass")
-    data_ref[...] = data
-    scale_ref[...] = scale
+def _kernel(x_ref, data_ref, scale_ref, *, input_dtype: str, block_size: int, rounding: str, n_blocks: int):
+    tile = scale_ref.shape[0]
+    if n_blocks % tile == 0:
+        data, scale = _formulation.cast_blocks(JaxOps(), x_ref[...], input_dtype, block_size, rounding, "two_pass")
+        data_ref[...] = data
+        scale_ref[...] = scale
+        return
+    # The last program's tile runs past the arrays: Pallas' Triton lowering does not mask
+    # out-of-bounds stores of a partial block (measured on the H100: they overwrite whatever
+    # buffer follows), so this kernel masks its own loads and stores.
+    valid = pl.program_id(0) * tile + jax.lax.broadcasted_iota(jnp.int32, (tile,), 0) < n_blocks
+    valid_rows = jnp.broadcast_to(valid[:, None], (tile, block_size))
+    blocks = plgpu.load(x_ref, mask=valid_rows, other=0)
+    data, scale = _formulation.cast_blocks(JaxOps(), blocks, input_dtype, block_size, rounding, "two_pass")
+    plgpu.store(data_ref, data, mask=valid_rows)
+    plgpu.store(scale_ref, scale, mask=valid)
 
 
 @functools.partial(jax.jit, static_argnames=("block_size", "rounding", "interpret", "tile"))
@@ -51,7 +64,9 @@ def to_mxfp8(x: jax.Array, block_size: int = 32, rounding: str = "floor", interp
     n_blocks = x.size // block_size
     blocks = x.reshape(n_blocks, block_size)
     tile = default_tile(n_blocks) if tile is None else min(tile, 1 << max(n_blocks - 1, 0).bit_length())
-    kernel = functools.partial(_kernel, input_dtype=input_dtype_name(x.dtype), block_size=block_size, rounding=rounding)
+    kernel = functools.partial(
+        _kernel, input_dtype=input_dtype_name(x.dtype), block_size=block_size, rounding=rounding, n_blocks=n_blocks
+    )
     data, scale = pl.pallas_call(
         kernel,
         grid=(pl.cdiv(n_blocks, tile),),
