@@ -18,8 +18,9 @@ Why it is written this way:
   finite block byte <= 247, so the factor is a normal float32 and the product is exact. The one
   rounding is the float32 -> float8_e4m3fn conversion (round to nearest even).
 * ``strategy="two_pass"`` (the default everywhere) broadcasts the reduction result back to the
-  block: the fewest operations. XLA makes two kernels of it on CPU (one per output; XLA:CPU has
-  no multi-output fusion) and three on GPU.
+  block: the fewest operations. XLA makes two kernels of it on CPU (one per output: XLA:CPU's
+  multi-output fusion is off by default and, when on, merges only same-shape outputs, which
+  data [..., K] and scale [..., K/32] are not) and three on GPU.
 * ``strategy="recompute"`` computes the data from a second, reduce-free block maximum (a chain
   of elementwise maxima over the block's slices) instead of the reduction result, so the data
   can be an extra output of the reduction's fusion. XLA:GPU does put it there, but computes the

@@ -8,6 +8,10 @@ fusions don't take the bit operations the exact cast needs). A Pallas kernel is 
 custom call in the XLA program, so the cast is one kernel: each program instance loads a
 ``[TILE, block_size]`` tile, and inside it the formulation's "two_pass" form is one pass in
 registers. The kernel body is the very formulation code the other paths run (``JaxOps``).
+
+This is Pallas' Triton backend, for GPUs. On TPUs Pallas compiles through Mosaic, whose block
+shapes and layouts follow the (8, 128) vector tiles; no Mosaic kernel is written here (there is
+no TPU to test one on), so TPUs run the XLA computation of ``_xla.py``.
 """
 
 from __future__ import annotations
