@@ -29,8 +29,11 @@ NAMESPACE = "xlabridge_autocast"
 
 
 def source_path() -> Path:
-    """Where the C++ source lives: ``csrc/autocast`` beside the ``xlabridge`` package."""
-    return Path(__file__).resolve().parents[2] / "csrc" / "autocast" / SOURCE_NAME
+    """Where the C++ source lives: ``xlabridge/_csrc/autocast`` in an installed wheel (setup.py
+    copies it there), else ``csrc/autocast`` beside the package in a checkout."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "_csrc" / "autocast" / SOURCE_NAME
+    return installed if installed.is_file() else package.parent / "csrc" / "autocast" / SOURCE_NAME
 
 
 def _aten_id(qualified: str) -> str:
@@ -87,8 +90,8 @@ def load_extension() -> str:
     path = source_path()
     if not path.is_file():
         raise MissingDependencyError(
-            f"xlabridge autocast: C++ source {path} is missing (xlabridge must be installed from "
-            f"a checkout or an sdist that includes csrc/)"
+            f"xlabridge autocast: C++ source {path} is missing (the wheel or sdist was built without "
+            f"csrc/; reinstall xlabridge from a release or a checkout)"
         )
     source = path.read_text()
     header = generate_header()
