@@ -29,7 +29,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-ENV_VAR = "XLABRIDGE_CACHE_DIR"
+from xlabridge import _env
+ENV_VAR = _env.CACHE_DIR
 
 _COUNTERS = {
     "hits": "PersistentCacheHit",
@@ -86,7 +87,7 @@ def _torch_xla_version() -> str:
 
 def _cpu_cannot_load(version: str) -> bool:
     """True for PJRT CPU on torch_xla <= 2.9, where loading cache entries is unimplemented."""
-    device = os.environ.get("PJRT_DEVICE")
+    device = _env.get(_env.PJRT_DEVICE)
     if "torch_xla.runtime" in sys.modules:
         device = sys.modules["torch_xla.runtime"].device_type() or device
     major_minor = tuple(int(part) for part in version.split(".")[:2])
@@ -147,7 +148,7 @@ def configure(cache_dir: Any, *, source: str = "cache_dir") -> dict[str, Any]:
 
 def configure_from_environment() -> dict[str, Any] | None:
     """``configure`` from ``XLABRIDGE_CACHE_DIR`` when it is set and nothing was configured."""
-    value = os.environ.get(ENV_VAR)
+    value = _env.get(ENV_VAR)
     if not value or _SETTING is not None:
         return None
     return configure(value, source=ENV_VAR)

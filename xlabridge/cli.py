@@ -23,6 +23,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from xlabridge import _env
+
 
 def _bootstrap_dir() -> str:
     return str(Path(__file__).resolve().parent / "diagnostics" / "_bootstrap")
@@ -51,7 +53,7 @@ def _report(args: argparse.Namespace) -> int:
         raise SystemExit("xlabridge report: give the command to run after '--', e.g. -- python train.py")
     with tempfile.TemporaryDirectory(prefix="xlabridge-report-") as directory:
         env = dict(os.environ)
-        env["XLABRIDGE_REPORT_DIR"] = directory
+        env[_env.REPORT_DIR] = directory
         if args.cache_dir:
             from xlabridge import cache
 

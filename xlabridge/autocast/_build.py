@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from xlabridge import _env
 from xlabridge.autocast._ops import ALL_SPECS, OpSpec
 from xlabridge.errors import MissingDependencyError
 
@@ -59,15 +60,15 @@ def generate_header(specs: tuple[OpSpec, ...] = ALL_SPECS) -> str:
     return "\n".join(lines) + "\n"
 
 
-BUILD_DIR_ENV = "XLABRIDGE_AUTOCAST_BUILD_DIR"
+BUILD_DIR_ENV = _env.AUTOCAST_BUILD_DIR
 
 
 def cache_root() -> Path:
     """``$XLABRIDGE_AUTOCAST_BUILD_DIR``, else ``$XDG_CACHE_HOME/xlabridge/autocast``, else ``~/.cache/...``."""
-    explicit = os.environ.get(BUILD_DIR_ENV)
+    explicit = _env.get(BUILD_DIR_ENV)
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = _env.get(_env.XDG_CACHE_HOME) or str(Path.home() / ".cache")
     return Path(base) / "xlabridge" / "autocast"
 
 

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from xlabridge import _optional
+from xlabridge import _env, _optional
 from xlabridge.autocast import _probe
 from xlabridge.autocast._ops import DEFAULT_SPECS, NOT_APPLICABLE, PARITY_SPECS, TPU_EXCEPTIONS, OpSpec
 
 KEY = "AutocastXLA"
-BACKEND_ENV = "XLABRIDGE_AUTOCAST_BACKEND"
+BACKEND_ENV = _env.AUTOCAST_BACKEND
 BACKENDS = ("auto", "cpp", "python")
 
 
@@ -69,7 +68,7 @@ _by_parity: set[str] = set()
 
 def requested_backend() -> str:
     """The backend ``$XLABRIDGE_AUTOCAST_BACKEND`` asks for ("auto" when unset)."""
-    value = os.environ.get(BACKEND_ENV, "auto")
+    value = _env.get(BACKEND_ENV, "auto")
     if value not in BACKENDS:
         raise ValueError(f"{BACKEND_ENV} must be one of {BACKENDS}, got {value!r}")
     return value

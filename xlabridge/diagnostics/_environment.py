@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import torch
 
 import xlabridge
+from xlabridge import _env
 
 
 def _module_version(name: str) -> str | None:
@@ -44,8 +44,8 @@ def environment() -> dict[str, Any]:
         "torch": torch.__version__,
         "torch_xla": _module_version("torch_xla"),
         "jax": _module_version("jax"),
-        "pjrt_device": os.environ.get("PJRT_DEVICE"),
-        "tpu_type": os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("TPU_TYPE"),
+        "pjrt_device": _env.get(_env.PJRT_DEVICE),
+        "tpu_type": _env.get(_env.TPU_ACCELERATOR_TYPE) or _env.get(_env.TPU_TYPE),
         "argv": list(sys.argv),
     }
     info.update(_xla_runtime())

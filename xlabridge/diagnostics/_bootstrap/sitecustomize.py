@@ -11,7 +11,9 @@ import sys
 
 
 def _start_collecting() -> None:
-    directory = os.environ.get("XLABRIDGE_REPORT_DIR")
+    from xlabridge import _env
+
+    directory = _env.get(_env.REPORT_DIR)
     if not directory:
         return
     try:
