@@ -13,5 +13,22 @@ class DeviceMismatchError(XlabridgeError, ValueError):
     """Inputs of one compiled graph live on devices that cannot be compiled together."""
 
 
+class UnknownTopologyError(XlabridgeError, ValueError):
+    """A TPU target or topology name that libtpu's compile-only client cannot build."""
+
+
+class TpuCompileError(XlabridgeError, RuntimeError):
+    """XLA:TPU refused a graph. ``xla_message`` is XLA's message; ``graph_path`` the saved graph."""
+
+    def __init__(self, message: str, *, xla_message: str = "", graph_path: str | None = None) -> None:
+        super().__init__(message)
+        self.xla_message = xla_message
+        self.graph_path = graph_path
+
+
+class TpuWorkerError(TpuCompileError):
+    """The TPU compile worker process died (libtpu aborted) or stopped answering."""
+
+
 class DiagnosticsWarning(UserWarning):
     """Part of the diagnostics could not be collected; the model ran unchanged."""

@@ -5,7 +5,9 @@ torch_xla and ``torch.compile(backend="openxla")`` hand to XLA), compiles that g
 torch_xla's own XLA, and counts the kernels of the optimized entry computation: each fusion,
 each custom call, and each other operation that does work (a lone copy, reduce, sort...).
 Parameters, constants, tuples and bitcasts are free and not counted; ``call`` wrappers (XLA:CPU
-puts each parallel fusion in one) are looked through.
+puts each parallel fusion in one) are looked through. An asynchronous operation counts once, at
+its start (``copy-start``: XLA:TPU's prefetches into VMEM; ``all-reduce-start``...): its
+``-done`` half only waits for it.
 
 XLA reads its dump options once per process, when it is first configured, so the compilation
 runs in a fresh Python process (``python -m xlabridge.hlo``) with ``--xla_dump_to`` set: the
@@ -88,7 +90,7 @@ def parse_kernels(hlo_text: str) -> KernelReport:
             if not match:
                 continue
             opcode = match.group("opcode")
-            if opcode in _FREE_OPCODES:
+            if opcode in _FREE_OPCODES or opcode.endswith("-done") or opcode == "async-update":
                 continue
             if opcode == "call" and (callee := _CALLEE.search(line)) and callee.group("callee") in bodies:
                 visit(callee.group("callee"))

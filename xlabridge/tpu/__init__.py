@@ -1,0 +1,60 @@
+"""TPU as the compile target: what XLA:TPU makes of a graph, compiled here, nothing run on a TPU.
+
+libtpu (the TPU compiler and runtime, a pip package) opens a *compile-only* client for a TPU
+topology on any machine, without TPU hardware. ``xlabridge.tpu`` compiles graphs with it, in a
+worker process of its own (libtpu never loads in the calling process), and reports what the
+TPU compiler made of each: kernels, HBM per device and whether it fits, compile seconds, the
+cost model's figures and the optimized HLO, labelled "compiled for TPU <gen> by libtpu <ver>,
+not run"::
+
+    from xlabridge import tpu
+
+    with tpu.TpuCompiler("tpu:v5e") as compiler:              # one worker, many compiles
+        result = compiler.compile_tensors(loss)               # torch tensors on the XLA device
+        result = compiler.compile_hlo_proto(proto)            # an HLO module proto
+        result = compiler.compile_jax(fn, jax.ShapeDtypeStruct((8, 128), jnp.float32))
+        result = compiler.compile_tensors(y, num_partitions=4)      # SPMD over 4 devices
+    print(result.kernel_count, result.memory.total_bytes, result.fits, result.label)
+
+    tpu.compile_tensors(loss, "tpu:v6e:2x4")                  # one-shot: a worker of its own
+
+Targets: ``"tpu:v5e"`` (the generation's default topology), ``"tpu:v5e:2x4"``, ``"v6e:2x2"``.
+``CHIPS`` holds each generation's HBM, bandwidth and VMEM. Errors: ``MissingDependencyError``
+(jax or libtpu absent: ``pip install 'xlabridge[tpu-compile]'``), ``UnknownTopologyError``,
+``TpuCompileError`` (XLA:TPU refused the graph: its message and where the graph is saved) and
+``TpuWorkerError`` (libtpu aborted the worker). A graph too large for the device's HBM is not
+an error: its result has ``fits == False`` and XLA's message in ``out_of_memory``.
+"""
+
+from xlabridge.errors import TpuCompileError, TpuWorkerError, UnknownTopologyError
+from xlabridge.tpu.chips import CHIPS, ChipFacts, chip_facts
+from xlabridge.tpu.compiler import (
+    DEFAULT_TARGET,
+    TpuCompiler,
+    compile_hlo_proto,
+    compile_jax,
+    compile_stablehlo,
+    compile_tensors,
+)
+from xlabridge.tpu.result import HbmUsage, TpuCompileResult
+from xlabridge.tpu.topology import KNOWN_TOPOLOGIES, Topology, resolve_target
+
+__all__ = [
+    "CHIPS",
+    "DEFAULT_TARGET",
+    "KNOWN_TOPOLOGIES",
+    "ChipFacts",
+    "HbmUsage",
+    "Topology",
+    "TpuCompileError",
+    "TpuCompileResult",
+    "TpuCompiler",
+    "TpuWorkerError",
+    "UnknownTopologyError",
+    "chip_facts",
+    "compile_hlo_proto",
+    "compile_jax",
+    "compile_stablehlo",
+    "compile_tensors",
+    "resolve_target",
+]

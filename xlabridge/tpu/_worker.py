@@ -1,0 +1,271 @@
+"""The TPU compile worker: the process that holds libtpu's compile-only client.
+
+``TpuCompiler`` starts it as ``python <this file>``. Run by path, it imports the standard
+library and JAX only (not xlabridge, not torch), so libtpu never shares a process with
+torch_xla's PJRT client, and a C++ check failure inside libtpu kills this process, not the
+user's. Requests and replies are pickled dicts, each framed by an 8-byte length, on stdin and
+on a duplicate of the original stdout; fd 1 itself is pointed at stderr, so nothing libtpu or
+JAX prints can corrupt a reply. The client imports this module for the framing only.
+
+Before compiling, the worker writes the graph's text to the path the client names, so a graph
+that XLA refuses, or that kills the worker, is on disk; after a compile that returns, it
+removes the file unless asked to keep it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import struct
+import sys
+import time
+import traceback
+from typing import Any, BinaryIO
+
+_HEADER = struct.Struct(">Q")
+
+# Replies' "status".
+OK = "ok"
+OUT_OF_MEMORY = "out-of-memory"
+REFUSED = "refused"
+UNKNOWN_TOPOLOGY = "unknown-topology"
+BAD_REQUEST = "bad-request"
+
+_OOM_MARKER = "Ran out of memory in memory space hbm"
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _HEADER.pack(len(data)) + data
+
+
+def header_size() -> int:
+    return _HEADER.size
+
+
+def payload_size(header: bytes) -> int:
+    return _HEADER.unpack(header)[0]
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+class _Worker:
+    def __init__(self) -> None:
+        import jax
+        from importlib.metadata import version
+        from jax._src.lib import xla_client
+        from jax.experimental import topologies
+
+        self._jax = jax
+        self._xc = xla_client
+        self._topologies_module = topologies
+        self._topologies: dict[str, Any] = {}
+        self.versions = {"libtpu": version("libtpu"), "jax": jax.__version__}
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request["op"]
+        if op == "topology":
+            return self._describe(request["topology"])
+        if op == "compile":
+            return self._compile_request(request)
+        if op == "compile-jax":
+            return self._compile_jax(request)
+        return {"status": BAD_REQUEST, "message": f"unknown request {op!r}"}
+
+    # -- topologies
+
+    def _devices(self, name: str) -> list[Any]:
+        if name not in self._topologies:
+            description = self._topologies_module.get_topology_desc(topology_name=name, platform="tpu")
+            self._topologies[name] = list(description.devices)
+        return self._topologies[name]
+
+    def _describe(self, name: str) -> dict[str, Any]:
+        try:
+            devices = self._devices(name)
+        except Exception as error:  # libtpu's XlaRuntimeError: INVALID_ARGUMENT with its reason
+            return {"status": UNKNOWN_TOPOLOGY, "message": str(error)}
+        return {
+            "status": OK,
+            "device_kind": devices[0].device_kind,
+            "devices": [(d.id, tuple(d.coords), d.core_on_chip) for d in devices],
+        }
+
+    # -- compiling
+
+    def _compile_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        module, fmt = request["module"], request["format"]
+        if fmt == "hlo-proto":
+            try:
+                text = self._xc._xla.HloModule.from_serialized_hlo_module_proto(module).to_string()
+                module = self._xc._xla.mlir.hlo_to_stablehlo(module)
+            except Exception as error:
+                return {"status": BAD_REQUEST, "message": f"not an HLO module proto: {error}"}
+            # torch_xla's SPMD graphs carry GSPMD shardings (HloSharding), which Shardy ignores.
+            shardy = False
+        else:
+            text = module.decode(errors="replace") if isinstance(module, bytes) else module
+            module = module.encode() if isinstance(module, str) else module
+            shardy = b"sdy." in module
+        return self._compile(module, text, shardy, request)
+
+    def _compile_jax(self, request: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+        jax = self._jax
+        description = self._describe(request["topology"])
+        if description["status"] != OK:
+            return description
+        devices = self._devices(request["topology"])
+        mesh_axes = request["mesh"]
+        count = int(np.prod([size for _, size in mesh_axes])) if mesh_axes else 1
+        if count > len(devices):
+            return self._too_many(count, request["topology"], len(devices))
+        try:
+            fn = _load_function(request["fn"])
+        except Exception as error:
+            return {"status": BAD_REQUEST, "message": f"the TPU worker could not import fn: {error!r}"}
+        if mesh_axes:
+            mesh = Mesh(
+                np.array(devices[:count]).reshape([size for _, size in mesh_axes]),
+                tuple(name for name, _ in mesh_axes),
+            )
+            specs = request["in_specs"] or [None] * len(request["args"])
+            shardings = [NamedSharding(mesh, PartitionSpec(*(spec or ()))) for spec in specs]
+        else:
+            shardings = [SingleDeviceSharding(devices[0])] * len(request["args"])
+        args = [
+            jax.ShapeDtypeStruct(tuple(shape), jax.numpy.dtype(dtype), sharding=sharding)
+            for (shape, dtype), sharding in zip(request["args"], shardings)
+        ]
+        try:
+            lowered = jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",))
+        except Exception:
+            return {"status": BAD_REQUEST, "message": "lowering fn for TPU failed:\n" + traceback.format_exc(limit=8)}
+        text = lowered.as_text()
+        return self._compile(text.encode(), text, bool(jax.config.jax_use_shardy_partitioner), {**request, "num_partitions": count})
+
+    def _too_many(self, count: int, topology: str, available: int) -> dict[str, Any]:
+        return {
+            "status": BAD_REQUEST,
+            "message": f"num_partitions={count} but topology {topology} has {available} devices",
+        }
+
+    def _compile(self, module: bytes, text: str, shardy: bool, request: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        xc = self._xc
+        description = self._describe(request["topology"])
+        if description["status"] != OK:
+            return description
+        devices = self._devices(request["topology"])
+        count = request["num_partitions"]
+        if count > len(devices):
+            return self._too_many(count, request["topology"], len(devices))
+        graph_path = request["graph_path"]
+        with open(graph_path, "w") as f:
+            f.write(text)
+        options = xc.CompileOptions()
+        build = options.executable_build_options
+        build.num_replicas = 1
+        build.num_partitions = count
+        build.use_shardy_partitioner = shardy
+        if count > 1:
+            build.use_spmd_partitioning = True
+            build.device_assignment = xc.DeviceAssignment.create(np.arange(count).reshape(1, count))
+        started = time.perf_counter()
+        try:
+            executable = devices[0].client.compile(module, xc.DeviceList(tuple(devices[:count])), options)
+        except Exception as error:
+            seconds = time.perf_counter() - started
+            message = str(error)
+            if _OOM_MARKER in message:
+                self._discard(graph_path, request)
+                return {
+                    **description,
+                    "status": OUT_OF_MEMORY,
+                    "num_partitions": count,
+                    "message": message,
+                    "compile_seconds": seconds,
+                }
+            return {"status": REFUSED, "message": message}
+        seconds = time.perf_counter() - started
+        self._discard(graph_path, request)
+        stats = executable.get_compiled_memory_stats()
+        cost = executable.cost_analysis()
+        if isinstance(cost, list):  # one dict per program on some jaxlib releases
+            cost = cost[0] if cost else {}
+        return {
+            **description,
+            "status": OK,
+            "num_partitions": count,
+            "compile_seconds": seconds,
+            "hlo": executable.hlo_modules()[0].to_string(),
+            "memory": {
+                "argument_bytes": stats.argument_size_in_bytes,
+                "output_bytes": stats.output_size_in_bytes,
+                "alias_bytes": stats.alias_size_in_bytes,
+                "temp_bytes": stats.temp_size_in_bytes,
+                "generated_code_bytes": stats.generated_code_size_in_bytes,
+            },
+            "cost": {key: cost.get(key) for key in ("flops", "transcendentals", "bytes accessed", "optimal_seconds")},
+        }
+
+    @staticmethod
+    def _discard(graph_path: str, request: dict[str, Any]) -> None:
+        if not request.get("keep_graph"):
+            os.remove(graph_path)
+
+
+def _load_function(reference: bytes | str) -> Any:
+    """``fn`` as pickled by reference in the client, or a ``"module:qualified.name"`` string."""
+    if isinstance(reference, bytes):
+        return pickle.loads(reference)
+    module_name, _, qualname = reference.partition(":")
+    value: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def main() -> None:
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    requests = sys.stdin.buffer
+    try:
+        worker = _Worker()
+    except Exception:
+        replies.write(encode({"status": BAD_REQUEST, "message": traceback.format_exc(limit=4)}))
+        replies.flush()
+        return
+    replies.write(encode({"status": OK, **worker.versions}))
+    replies.flush()
+    while True:
+        header = _read_exactly(requests, _HEADER.size)
+        if header is None:
+            return
+        request = pickle.loads(_read_exactly(requests, payload_size(header)) or b"")
+        if request["op"] == "exit":
+            return
+        replies.write(encode(worker.handle(request)))
+        replies.flush()
+
+
+if __name__ == "__main__":
+    # Run by path, Python puts this file's directory first on sys.path; its sibling modules
+    # (topology.py, result.py...) must not shadow top-level modules of the same name.
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        sys.path.pop(0)
+    main()
