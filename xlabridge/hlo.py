@@ -13,6 +13,11 @@ XLA reads its dump options once per process, when it is first configured, so the
 runs in a fresh Python process (``python -m xlabridge.hlo``) with ``--xla_dump_to`` set: the
 HLO is the one torch_xla compiles, with the same device type. That costs a few seconds.
 
+``kernel_count(fn, *args, target="tpu:v5e")`` counts for a TPU instead: ``fn`` is traced on the
+local XLA device as a TPU device would trace it (xlabridge's own ops take their TPU lowering,
+``xlabridge._lowering``), and the graph is compiled by libtpu's compile-only client
+(``xlabridge.tpu``); the report's ``tpu`` holds the full result (HBM, compile seconds, cost).
+
 ``parse_kernels(hlo_text)`` does the counting alone, for optimized HLO from anywhere (JAX's
 ``jit(f).lower(x).compile().as_text()``, an ``--xla_dump_to`` file).
 """
@@ -27,9 +32,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from xlabridge import _optional
+from xlabridge import _lowering, _optional
+
+if TYPE_CHECKING:
+    from xlabridge.tpu import TpuCompileResult
 
 __all__ = ["KernelReport", "kernel_count", "parse_kernels"]
 
@@ -48,12 +56,14 @@ class KernelReport:
     """Kernels of an optimized HLO module's entry computation.
 
     ``kernels`` names each one (``fusion/kLoop/<name>``, ``custom-call/<target>``, or the opcode
-    of an unfused operation); ``hlo`` is the optimized module text.
+    of an unfused operation); ``hlo`` is the optimized module text; ``tpu`` is the full TPU
+    compile result when the count was made for a TPU target.
     """
 
     count: int
     kernels: tuple[str, ...]
     hlo: str
+    tpu: TpuCompileResult | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.count} kernel(s): " + ", ".join(self.kernels)
@@ -121,16 +131,40 @@ def _output_tensors(value: Any) -> list[Any]:
     return []
 
 
-def kernel_count(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> KernelReport:
+def kernel_count(fn: Callable[..., Any], *args: Any, target: str | None = None, **kwargs: Any) -> KernelReport:
     """Compile ``fn(*args, **kwargs)`` for the XLA device and count the kernels XLA makes.
 
     Tensor arguments are moved to the XLA device first. ``fn`` returns tensors (or lists,
     tuples, dicts, dataclasses of them, such as an ``MXTensor``); the graph producing them is
-    what gets compiled.
+    what gets compiled. ``target`` (``"tpu:v5e"``, ``"tpu:v6e:2x4"``...) compiles it for that
+    TPU with libtpu instead of for the local device (``target`` is therefore not passed to
+    ``fn``).
     """
-    torch_xla = _optional.require("torch_xla", "xlabridge.hlo.kernel_count")
-    import torch
+    _optional.require("torch_xla", "xlabridge.hlo.kernel_count")
     import torch_xla.runtime as xr
+
+    if target is None:
+        proto = _traced_proto(fn, args, kwargs)
+        return _compile_for_local_device(proto, xr.device_type())
+    from xlabridge import tpu
+
+    topology = tpu.resolve_target(target)
+    with _lowering.override_lowering(_lowering.LoweringTarget.TPU):
+        proto = _traced_proto(fn, args, kwargs)
+    result = tpu.compile_hlo_proto(proto, topology, name=getattr(fn, "__name__", "fn"))
+    if result.memory is None:
+        raise tpu.TpuCompileError(
+            f"XLA:TPU could not fit the graph in {topology}'s HBM, so it has no kernels to count:\n"
+            f"{result.out_of_memory}",
+            xla_message=result.out_of_memory or "",
+        )
+    return KernelReport(count=result.kernel_count, kernels=result.kernels, hlo=result.hlo, tpu=result)
+
+
+def _traced_proto(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """The HLO module proto of the lazy graph computing ``fn``'s outputs on the XLA device."""
+    import torch
+    import torch_xla
 
     device = torch_xla.device()
     moved = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
@@ -139,13 +173,16 @@ def kernel_count(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> KernelRep
     outputs = _output_tensors(fn(*moved, **moved_kwargs))
     if not outputs:
         raise ValueError("fn must return at least one tensor computed on the XLA device")
-    proto = torch_xla._XLAC._get_xla_tensors_hlo_proto(outputs)
+    return torch_xla._XLAC._get_xla_tensors_hlo_proto(outputs)
+
+
+def _compile_for_local_device(proto: bytes, device_type: str) -> KernelReport:
     with tempfile.TemporaryDirectory(prefix="xlabridge-hlo-") as workdir:
         proto_path = os.path.join(workdir, "module.pb")
         with open(proto_path, "wb") as f:
             f.write(proto)
         dump = os.path.join(workdir, "dump")
-        env = dict(os.environ, PJRT_DEVICE=xr.device_type())
+        env = dict(os.environ, PJRT_DEVICE=device_type)
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_text".strip()
         done = subprocess.run(
             [sys.executable, "-m", "xlabridge.hlo", proto_path], env=env, capture_output=True, text=True, check=False

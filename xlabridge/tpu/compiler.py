@@ -71,8 +71,9 @@ class TpuCompiler:
     ``target`` is the default topology of every compile (``"tpu:v5e"``, ``"tpu:v6e:2x4"``,
     ``"v5p:2x2x1"``); each compile method takes ``topology=`` to use another one.
     ``graph_dir`` is where graphs are saved before compiling: a refused graph, or one that
-    killed the worker, stays there and its path is in the error (default: a fresh temporary
-    directory, removed at ``close`` if nothing stayed). ``keep_graphs=True`` keeps every graph.
+    killed the worker, stays there with the dead worker's log, and the error gives their paths
+    (default: a fresh temporary directory, removed at ``close`` if nothing stayed).
+    ``keep_graphs=True`` keeps every graph.
     ``timeout`` (seconds) bounds each compile; the worker is killed when it runs over.
     """
 
@@ -291,12 +292,15 @@ class TpuCompiler:
             graph_path=str(graph_path),
         )
 
-    def _graph_path(self, name: str, key: bytes, extension: str) -> Path:
+    def _directory(self) -> Path:
         if self._graph_dir is None:
-            self._graph_dir = Path(tempfile.mkdtemp(prefix="xlabridge-tpu-graphs-"))
+            self._graph_dir = Path(tempfile.mkdtemp(prefix="xlabridge-tpu-"))
         self._graph_dir.mkdir(parents=True, exist_ok=True)
+        return self._graph_dir
+
+    def _graph_path(self, name: str, key: bytes, extension: str) -> Path:
         stem = re.sub(r"[^\w.-]+", "_", name)[:80] or "graph"
-        return self._graph_dir / f"{stem}-{hashlib.sha1(key).hexdigest()[:12]}.{extension}"
+        return self._directory() / f"{stem}-{hashlib.sha1(key).hexdigest()[:12]}.{extension}"
 
     # -- the worker
 
@@ -313,7 +317,7 @@ class TpuCompiler:
         # The worker's JAX needs no backend of its own (topology devices come from the plugin).
         env[_env.JAX_PLATFORMS] = "cpu"
         env[_env.PYTHONPATH] = os.pathsep.join(os.path.abspath(p) if p else os.getcwd() for p in sys.path)
-        log = tempfile.NamedTemporaryFile(prefix="xlabridge-tpu-worker-", suffix=".log", delete=False)
+        log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", dir=self._directory(), delete=False)
         self._log_path = log.name
         started = time.perf_counter()
         self._process = subprocess.Popen(
@@ -373,7 +377,8 @@ class TpuCompiler:
         self._process = None
         how = f"signal {signal.Signals(-returncode).name}" if returncode < 0 else f"exit status {returncode}"
         log = Path(self._log_path).read_text(errors="replace") if self._log_path else ""
-        fatal = [line for line in log.splitlines() if _FATAL_LOG_LINE.search(line)]
+        # glog writes a fatal line twice (to the log and to stderr); show each once.
+        fatal = list(dict.fromkeys(line for line in log.splitlines() if _FATAL_LOG_LINE.search(line)))
         said = "\n".join(fatal[:5]) or log[-_MESSAGE_CHARS:]
         where = f"\nThe graph is saved in {graph_path}." if graph_path else ""
         return TpuWorkerError(
