@@ -9,6 +9,9 @@ RUN apt-get update \
 
 WORKDIR /src
 COPY requirements/ requirements/
+# torch_xla[tpu] 2.9.0 pins libtpu 0.0.21, the runtime it was built with: it replaces the compile-
+# only libtpu 0.0.23 of requirements/dev.txt, so on this image xlabridge.tpu compiles plain XLA
+# graphs but not jax 0.7.1's Pallas TPU kernels (their tests skip, saying so).
 RUN pip install --no-cache-dir -r requirements/dev.txt \
     && pip install --no-cache-dir "torch_xla[tpu]==2.9.0"
 

@@ -1,10 +1,10 @@
 """xlabridge: see why ``torch.compile`` on XLA devices is slow, and fix the common traps.
 
-Importing xlabridge needs only torch; torch_xla, Triton and JAX are loaded by the parts
+Importing xlabridge needs only torch; torch_xla, Triton, JAX and libtpu are loaded by the parts
 that use them, and each says what it needs when it is missing.
 """
 
-from xlabridge import autocast, cache, diagnostics, hlo, mx
+from xlabridge import autocast, cache, diagnostics, hlo, mx, tpu
 from xlabridge._compile import compile
 from xlabridge.backend import xlabridge_backend
 from xlabridge.diagnostics import Report, compare, diagnose, explain
@@ -28,5 +28,6 @@ __all__ = [
     "diagnostics",
     "hlo",
     "mx",
+    "tpu",
     "xlabridge_backend",
 ]

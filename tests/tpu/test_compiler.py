@@ -11,8 +11,10 @@ from __future__ import annotations
 import collections
 import functools
 import json
+from importlib import metadata
 
 import pytest
+from packaging.version import Version
 
 from tests.tpu import _hlo_proto, _reference
 from tests.tpu.conftest import requires_tpu_compiler
@@ -30,6 +32,7 @@ SHARDED_ARGS = [((1024, 512), "float32"), ((512, 256), "float32")]
 SHARDED_SPECS = [("x", None), (None, None)]
 SHARDED_ARGUMENT_BYTES = (1024 // 4) * 512 * 4 + 512 * 256 * 4
 BIG = [((65536, 32768), "float32")] * 2  # 8 GiB each: two inputs and the sum need 24 GiB
+PALLAS_COMPILES = _optional.is_available("libtpu") and Version(metadata.version("libtpu")) >= Version("0.0.23")
 
 
 def _specs(args):
@@ -66,13 +69,14 @@ def reference(step_proto, tmp_path_factory):
         **{("step", t): {"kind": "proto", "proto": step_proto, "topology": t} for t in ("v5e:2x2", "v6e:2x2")},
         **{("mlp", t): {"kind": "jax", "fn": f"{FUNCTIONS}:mlp", "args": MLP_ARGS, "topology": t}
            for t in ("v5e:2x2", "v6e:2x2")},
-        ("pallas", "v5e:2x2"): {"kind": "jax", "fn": f"{FUNCTIONS}:pallas_double", "args": [((64, 128), "float32")],
-                                "topology": "v5e:2x2"},
         ("sharded", "v5e:2x2"): {"kind": "jax", "fn": f"{FUNCTIONS}:sharded_matmul", "args": SHARDED_ARGS,
                                  "mesh": [("x", 4)], "in_specs": SHARDED_SPECS, "topology": "v5e:2x2"},
         ("gspmd", "v5e:2x2"): {"kind": "gspmd-proto", "fn": f"{FUNCTIONS}:sharded_matmul", "args": SHARDED_ARGS,
                                "mesh": [("x", 4)], "in_specs": SHARDED_SPECS, "topology": "v5e:2x2"},
     }
+    if PALLAS_COMPILES:
+        jobs[("pallas", "v5e:2x2")] = {"kind": "jax", "fn": f"{FUNCTIONS}:pallas_double",
+                                       "args": [((64, 128), "float32")], "topology": "v5e:2x2"}
     results = _reference.run(list(jobs.values()), tmp_path_factory.mktemp("reference"))
     return dict(zip(jobs, results))
 
@@ -125,6 +129,8 @@ def test_cost_model_time_is_the_same_for_every_generation(compiler):
     assert v6e.hbm_seconds == pytest.approx(v6e.bytes_accessed / 1640e9)
 
 
+@pytest.mark.skipif(not PALLAS_COMPILES, reason="libtpu < 0.0.23 refuses jax 0.7.1's Pallas TPU kernels in "
+                    "compile-only mode (torch_xla[tpu] 2.9 pins 0.0.21)")
 def test_pallas_tpu_kernel_compiles(compiler, reference):
     result = compiler.compile_jax(f"{FUNCTIONS}:pallas_double", jax.ShapeDtypeStruct((64, 128), jnp.float32))
     _assert_matches_reference(result, reference[("pallas", "v5e:2x2")])
