@@ -105,3 +105,11 @@ def kernels(module_proto: bytes) -> list[str]:
 
     walk(entry)
     return found
+
+
+def hlo_module(hlo_proto: bytes) -> bytes:
+    """The HloModuleProto inside an HloProto (what XLA's ``--xla_dump_hlo_as_proto`` writes)."""
+    for number, _, value in _fields(hlo_proto):
+        if number == 1:
+            return value
+    raise ValueError("the HloProto holds no hlo_module")
