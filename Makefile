@@ -1,29 +1,62 @@
 # Two commands do everything on a fresh machine with python3 and the package registry:
 #   make demo   a diagnostics report on the bundled example model
-#   make test   the whole test suite
-# Both create (or reuse) the virtual environment in $(VENV).
+#   make test   the whole test suite on the pinned environment, then the compatibility suites
+#               on torch_xla 2.8 and on the newest torch without torch_xla
+# Each creates (or reuses) the virtual environments it needs.
 
 PYTHON ?= python3
 VENV ?= .venv
+VENV_XLA28 ?= .venv-xla28
+VENV_TORCH_NEWEST ?= .venv-torch-newest
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.xlabridge-installed
+STAMP_XLA28 := $(VENV_XLA28)/.xlabridge-installed
+STAMP_TORCH_NEWEST := $(VENV_TORCH_NEWEST)/.xlabridge-installed
 export PJRT_DEVICE ?= CPU
 
-.PHONY: venv demo test clean
+# The compatibility suites, chosen by path: the diagnostics, the backend (placement, forward-only
+# path) and autocast. Real-model tests (marked slow) run in the pinned environment only. Tests
+# that need torch_xla skip themselves, with the reason, where it is absent.
+COMPAT_TESTS ?= tests/diagnostics tests/test_backend.py tests/test_compile_path.py tests/autocast
+COMPAT_PYTEST_ARGS ?= -m "not slow"
+
+.PHONY: venv venvs demo test test-pinned test-xla28 test-torch-newest clean
 
 venv: $(STAMP)
+venvs: $(STAMP) $(STAMP_XLA28) $(STAMP_TORCH_NEWEST)
+
+# $(call install-venv,DIR,REQUIREMENTS,PIP ENVIRONMENT): the pinned packages, then xlabridge editable.
+define install-venv
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(3) $(1)/bin/python -m pip install -q -r $(2)
+	$(1)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $(1)/.xlabridge-installed
+endef
 
 $(STAMP): requirements/dev.txt pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -r requirements/dev.txt
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
-	touch $(STAMP)
+	$(call install-venv,$(VENV),requirements/dev.txt,)
+
+$(STAMP_XLA28): requirements/xla28.txt pyproject.toml
+	$(call install-venv,$(VENV_XLA28),requirements/xla28.txt,)
+
+# Some hosts cap torch below its newest release in a machine-wide pip constraint file; this
+# install replaces that file with none, so the pins of requirements/torch-newest.txt decide.
+$(STAMP_TORCH_NEWEST): requirements/torch-newest.txt pyproject.toml
+	$(call install-venv,$(VENV_TORCH_NEWEST),requirements/torch-newest.txt,PIP_CONSTRAINT=/dev/null)
 
 demo: $(STAMP)
 	$(PY) -m xlabridge.cli report --json xlabridge-demo.json --html xlabridge-demo.html -- $(PY) -m xlabridge.examples.demo
 
-test: $(STAMP)
+test: test-pinned test-xla28 test-torch-newest
+
+test-pinned: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+test-xla28: $(STAMP_XLA28)
+	$(VENV_XLA28)/bin/python -m pytest $(COMPAT_TESTS) $(COMPAT_PYTEST_ARGS) $(PYTEST_ARGS)
+
+test-torch-newest: $(STAMP_TORCH_NEWEST)
+	$(VENV_TORCH_NEWEST)/bin/python -m pytest $(COMPAT_TESTS) $(COMPAT_PYTEST_ARGS) $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VENV_XLA28) $(VENV_TORCH_NEWEST) build *.egg-info

@@ -18,6 +18,7 @@ from xlabridge.autocast._ops import (
     CastPolicy,
     OpSpec,
     Policy,
+    torch_release,
 )
 
 CUDA_REGISTERED = sorted(_probe.registered_ops("AutocastCUDA"))
@@ -71,6 +72,12 @@ def test_build_key_changes_with_sources() -> None:
     assert _build.build_key("a", "h") != _build.build_key("b", "h")
     assert _build.build_key("a", "h") != _build.build_key("a", "h2")
     assert _build.build_key("a", "h") == _build.build_key("a", "h")
+
+
+def test_torch_release_reads_major_and_minor() -> None:
+    assert torch_release("2.9.0+cu128") == (2, 9)
+    assert torch_release("2.10.0a0+git1234abc") == (2, 10)
+    assert torch_release(torch.__version__) == tuple(int(p) for p in torch.__version__.split(".")[:2])
 
 
 def test_op_spec_rejects_names_outside_aten() -> None:

@@ -10,7 +10,7 @@ import torch
 from tests.autocast._cases import FP32, LOWER, PROMOTE, make_inputs
 from tests.conftest import requires_xla
 from xlabridge.autocast import _probe, _registration
-from xlabridge.autocast._ops import DEFAULT_SPECS, SPECS_BY_NAME, CastPolicy, OpSpec, Policy
+from xlabridge.autocast._ops import DEFAULT_SPECS, SPECS_BY_NAME, TORCH_RELEASE, CastPolicy, OpSpec, Policy
 
 EINSUM = DEFAULT_SPECS[0]
 
@@ -72,7 +72,8 @@ def test_build_failure_warns_once_and_falls_back_to_python(monkeypatch) -> None:
 
 
 @requires_xla
-def test_einsum_already_present_in_torch_xla_29_is_left_alone(xla_device) -> None:
+def test_einsum_already_present_in_torch_xla_is_left_alone(xla_device) -> None:
+    """torch_xla 2.8 and 2.9 both register einsum for AutocastXLA themselves (checked on 2.8.1, 2.9.0)."""
     debug_before = torch._C._dispatch_dump("aten::einsum")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -95,8 +96,15 @@ def test_default_path_registers_a_missing_op_and_it_computes_in_bf16(backend, mo
             assert _registration.ensure_einsum(backend) == ["aten::mv"]
             assert _registration.ensure_einsum(backend) == []
         assert _registration.registered_by_xlabridge() == {"aten::mv": backend}
-        expected_file = "autocast_xla.cpp" if backend == "cpp" else "_pyfallback.py"
-        assert expected_file in torch._C._dispatch_dump("aten::mv").split("AutocastXLA: registered at ")[1].split("\n")[0]
+        where = torch._C._dispatch_dump("aten::mv").split("AutocastXLA: registered at ")[1].split("\n")[0]
+        if backend == "cpp":
+            assert "autocast_xla.cpp" in where, where
+        else:
+            # A Python kernel: boxed only, no C++ signature. torch 2.8 records Python registrations
+            # at "/dev/null:<line>" rather than the registering file (seen on torch 2.8.0).
+            assert where.endswith(":: (none) [ boxed ]"), where
+            if TORCH_RELEASE >= (2, 9):
+                assert "_pyfallback.py" in where, where
         call, specs = LOWER["aten::mv"]
         with torch.autocast("xla", dtype=torch.bfloat16):
             out = call(*[t.to(xla_device) for t in make_inputs(specs)])

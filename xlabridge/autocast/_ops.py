@@ -8,12 +8,18 @@ AutocastXLA before mid-2025). ``PARITY_SPECS`` is torch's AutocastCUDA list less
 ``NOT_APPLICABLE`` and ``TPU_EXCEPTIONS``; ``enable_parity()`` registers those of them that
 torch_xla does not, and only while the live AutocastCUDA kernel still has the declared
 policy (the dispatcher, not this table, has the last word).
+
+AutocastCUDA's list changes between torch releases; an op that is not in every supported
+release carries the releases it is in (``since``/``before``), and the lists above hold only
+the ops of the torch that is running.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+
+import torch
 
 
 class Policy(str, enum.Enum):
@@ -51,16 +57,24 @@ class OpSpec:
     """One AutocastXLA kernel: ``name`` as the dispatcher spells it ("aten::pow.Scalar").
 
     ``redispatch`` names the overload the kernel calls when it differs from ``name``
-    (``fp32_append_dtype`` ops call the overload that takes a ``dtype``).
+    (``fp32_append_dtype`` ops call the overload that takes a ``dtype``). ``since`` and
+    ``before`` bound the torch releases, as (major, minor), whose AutocastCUDA lists the op;
+    None: every supported release.
     """
 
     name: str
     cast: CastPolicy
     redispatch: str | None = None
+    since: tuple[int, int] | None = None
+    before: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if not self.name.startswith("aten::"):
             raise ValueError(f"OpSpec 'name' must be an aten op such as 'aten::mv', got {self.name!r}")
+
+    def in_torch(self, version: tuple[int, int]) -> bool:
+        """Whether torch ``version`` (major, minor) lists this op."""
+        return (self.since is None or version >= self.since) and (self.before is None or version < self.before)
 
     @property
     def base(self) -> str:
@@ -73,8 +87,17 @@ class OpSpec:
         return self.name.partition(".")[2]
 
 
-def _specs(cast: CastPolicy, names: str) -> tuple[OpSpec, ...]:
-    return tuple(OpSpec(f"aten::{name}", cast) for name in names.split())
+def _specs(cast: CastPolicy, names: str, **releases: tuple[int, int]) -> tuple[OpSpec, ...]:
+    return tuple(OpSpec(f"aten::{name}", cast, **releases) for name in names.split())
+
+
+def torch_release(version: str) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as "2.9.0+cu128"."""
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+TORCH_RELEASE = torch_release(torch.__version__)
 
 
 _LOWER = CastPolicy.lower_precision_fp
@@ -119,8 +142,16 @@ TPU_EXCEPTIONS: dict[str, str] = {
     ),
 }
 
-# torch's AutocastCUDA list (ATen/autocast_mode.h), less NOT_APPLICABLE.
-_CUDA_LIKE: tuple[OpSpec, ...] = (
+# Releases where AutocastCUDA's list changed (read from each release's ATen/autocast_mode.h,
+# 2.10 to 2.12, and from the dispatcher of 2.8, 2.9, 2.13, 2.14 and 2.15):
+# - the named-tensor (Dimname) overloads are listed up to 2.12; torch 2.13 removed the overloads;
+# - rms_norm is listed fp32 from 2.12 on;
+# - linalg_matrix_sqrth, new in torch 2.14, is listed fp32 from its first release.
+_NAMED_OVERLOADS_REMOVED = (2, 13)
+
+# torch's AutocastCUDA list (ATen/autocast_mode.h), less NOT_APPLICABLE, in every release
+# xlabridge knows; _CUDA_LIKE below is the running torch's.
+_CUDA_LIKE_ALL: tuple[OpSpec, ...] = (
     _specs(
         _LOWER,
         "_convolution.deprecated _convolution conv1d conv2d conv3d conv_tbc conv_transpose1d "
@@ -141,11 +172,17 @@ _CUDA_LIKE: tuple[OpSpec, ...] = (
         "upsample_linear1d upsample_bilinear2d _upsample_bilinear2d_aa upsample_trilinear3d "
         "upsample_bicubic2d _upsample_bicubic2d_aa",
     )
+    + _specs(_FP32, "rms_norm", since=(2, 12))
+    + _specs(_FP32, "linalg_matrix_sqrth", since=(2, 14))
     + _specs(
         _SET_DTYPE,
-        "prod prod.dim_int prod.dim_Dimname softmax.int softmax.Dimname log_softmax.int "
-        "log_softmax.Dimname cumprod cumprod.dimname cumsum cumsum.dimname linalg_vector_norm "
-        "linalg_matrix_norm linalg_matrix_norm.str_ord sum sum.dim_IntList sum.dim_DimnameList",
+        "prod prod.dim_int softmax.int log_softmax.int cumprod cumsum linalg_vector_norm "
+        "linalg_matrix_norm linalg_matrix_norm.str_ord sum sum.dim_IntList",
+    )
+    + _specs(
+        _SET_DTYPE,
+        "prod.dim_Dimname softmax.Dimname log_softmax.Dimname cumprod.dimname cumsum.dimname sum.dim_DimnameList",
+        before=_NAMED_OVERLOADS_REMOVED,
     )
     + (
         OpSpec("aten::norm.Scalar", CastPolicy.fp32_append_dtype, "aten::norm.ScalarOpt_dtype"),
@@ -154,6 +191,7 @@ _CUDA_LIKE: tuple[OpSpec, ...] = (
             "aten::norm.names_ScalarOpt_dim",
             CastPolicy.fp32_append_dtype,
             "aten::norm.names_ScalarOpt_dim_dtype",
+            before=_NAMED_OVERLOADS_REMOVED,
         ),
     )
     + _specs(
@@ -161,6 +199,8 @@ _CUDA_LIKE: tuple[OpSpec, ...] = (
         "addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler index_put tensordot scatter_add",
     )
 )
+
+_CUDA_LIKE: tuple[OpSpec, ...] = tuple(spec for spec in _CUDA_LIKE_ALL if spec.in_torch(TORCH_RELEASE))
 
 PARITY_SPECS: tuple[OpSpec, ...] = tuple(s for s in _CUDA_LIKE if s.name not in TPU_EXCEPTIONS)
 
