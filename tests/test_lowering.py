@@ -26,3 +26,25 @@ def test_only_xla_devices_and_lowering_targets_are_accepted():
     with pytest.raises(TypeError, match="must be a LoweringTarget"):
         with override_lowering("tpu"):
             pass
+
+
+@requires_xla
+def test_the_override_carries_the_target_generation(xla_device):
+    from xlabridge._lowering import lowering_generation
+
+    with override_lowering(LoweringTarget.TPU, generation="v6e"):
+        assert lowering_generation(xla_device) == "v6e"
+        with override_lowering(LoweringTarget.TPU):
+            assert lowering_generation(xla_device) is None
+        assert lowering_generation(xla_device) == "v6e"
+    with pytest.raises(ValueError, match="unknown TPU generation 'v9x'"):
+        with override_lowering(LoweringTarget.TPU, generation="v9x"):
+            pass
+
+
+def test_tpu_device_kinds_map_to_generations():
+    from xlabridge._lowering import _generation_of_kind
+
+    assert _generation_of_kind("TPU v5 lite") == "v5e"
+    assert _generation_of_kind("TPU v6 lite") == "v6e"
+    assert _generation_of_kind("cpu") is None

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["LoweringTarget", "lowering_for", "override_lowering"]
+__all__ = ["LoweringTarget", "lowering_for", "lowering_generation", "override_lowering"]
 
 
 class LoweringTarget(enum.Enum):
@@ -33,17 +33,25 @@ class LoweringTarget(enum.Enum):
     """TPU-only lowerings where xlabridge has them (Mosaic kernels as ``tpu_custom_call``)."""
 
 
-_override: contextvars.ContextVar[LoweringTarget | None] = contextvars.ContextVar(
+_override: contextvars.ContextVar[tuple[LoweringTarget, str | None] | None] = contextvars.ContextVar(
     "xlabridge_lowering_override", default=None
 )
 
 
 @contextlib.contextmanager
-def override_lowering(target: LoweringTarget) -> Iterator[None]:
-    """Make ``lowering_for`` return ``target`` for every XLA device inside the block (nests)."""
+def override_lowering(target: LoweringTarget, *, generation: str | None = None) -> Iterator[None]:
+    """Make ``lowering_for`` return ``target`` for every XLA device inside the block (nests).
+
+    ``generation`` (``"v5e"``) names the TPU the traced graph is meant for, for lowerings that
+    size themselves per chip (tiles fitting its VMEM); ``lowering_generation`` returns it.
+    """
     if not isinstance(target, LoweringTarget):
         raise TypeError(f"override_lowering: target must be a LoweringTarget, got {target!r}")
-    token = _override.set(target)
+    if generation is not None:
+        from xlabridge.tpu.chips import chip_facts
+
+        chip_facts(generation)  # a ValueError naming the known generations
+    token = _override.set((target, generation))
     try:
         yield
     finally:
@@ -53,13 +61,46 @@ def override_lowering(target: LoweringTarget) -> Iterator[None]:
 def lowering_for(device: torch.device | str) -> LoweringTarget:
     """The lowering for an op on XLA device ``device``: the override if one is active, else TPU
     when the device's hardware is a TPU, else XLA."""
-    device = torch.device(device)
-    if device.type != "xla":
-        raise ValueError(f"lowering_for: device must be an XLA device, got {str(device)!r}")
+    device = _xla_device(device, "lowering_for")
     override = _override.get()
     if override is not None:
-        return override
+        return override[0]
     return LoweringTarget.TPU if _hardware(str(device)) == "TPU" else LoweringTarget.XLA
+
+
+def lowering_generation(device: torch.device | str) -> str | None:
+    """The TPU generation (``"v5e"``) a TPU lowering on ``device`` is for, or ``None`` if unknown.
+
+    Inside ``override_lowering(..., generation=...)`` that generation; on a TPU device, its chip
+    (from torch_xla's device kind, matched against ``xlabridge.tpu.chips``); otherwise ``None``.
+    """
+    device = _xla_device(device, "lowering_generation")
+    override = _override.get()
+    if override is not None:
+        return override[1]
+    if _hardware(str(device)) != "TPU":
+        return None
+    return _generation_of_kind(_device_kind(str(device)))
+
+
+def _xla_device(device: torch.device | str, caller: str) -> torch.device:
+    device = torch.device(device)
+    if device.type != "xla":
+        raise ValueError(f"{caller}: device must be an XLA device, got {str(device)!r}")
+    return device
+
+
+def _generation_of_kind(kind: str) -> str | None:
+    from xlabridge.tpu.chips import CHIPS
+
+    return next((chip.generation for chip in CHIPS.values() if chip.device_kind == kind), None)
+
+
+@functools.cache
+def _device_kind(device: str) -> str:
+    import torch_xla.core.xla_model as xm
+
+    return xm.xla_device_kind(device)
 
 
 @functools.cache

@@ -149,7 +149,7 @@ def kernel_count(fn: Callable[..., Any], *args: Any, target: str | None = None, 
     from xlabridge import tpu
 
     topology = tpu.resolve_target(target)
-    with _lowering.override_lowering(_lowering.LoweringTarget.TPU):
+    with _lowering.override_lowering(_lowering.LoweringTarget.TPU, generation=topology.generation):
         proto = _traced_proto(fn, args, kwargs)
     result = tpu.compile_hlo_proto(proto, topology, name=getattr(fn, "__name__", "fn"))
     if result.memory is None:
