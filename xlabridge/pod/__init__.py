@@ -1,0 +1,55 @@
+"""Sharded and multi-process runs: collectives per XLA graph, lazy-traced graphs, divergence.
+
+The building blocks of the pod report (issue 13), as plain data the diagnostics pipeline turns
+into events and report sections:
+
+- ``analyze(hlo_text, proto=None)`` → ``PartitionedGraph``: the collectives of a partitioned
+  module (kind, bytes, replica groups, channel, executions per run, HLO metadata and the whole
+  Python stack from the proto) and its input shardings; ``classify(collective, graph)`` names a
+  known cause and a fix from the one table ``COLLECTIVE_CAUSES``.
+- Getting the partitioned module of a torch_xla SPMD graph: ``capture_environment`` (set before
+  the process starts: XLA's dump, torch_xla's debug file, source lines) and ``read_capture``;
+  ``read_dump`` for an XLA dump directory; ``partition_hlo`` for a pre-partition proto taken in
+  process (compiled for N CPU devices in a jaxlib worker).
+- ``read_lazy_trace`` → ``LazyTrace``: each XLA graph of a lazily traced run with its cause
+  (sync, host read, Dynamo), compiles, executions, triggering frames and HLO.
+"""
+
+from xlabridge.pod.capture import DEFAULT, Capture, CaptureWay, capture_environment, read_capture
+from xlabridge.pod.causes import COLLECTIVE_CAUSES, CollectiveCause, classify
+from xlabridge.pod.collectives import Collective, CollectiveKind, CollectiveTotals, SourceLine, find_collectives, totals
+from xlabridge.pod.dump import CompiledModule, read_dump
+from xlabridge.pod.frames import Frame, innermost
+from xlabridge.pod.graph import Parameter, PartitionedGraph, analyze
+from xlabridge.pod.lazy import GraphCause, GraphRun, LazyGraph, LazyTrace, read_lazy_trace
+from xlabridge.pod.partition import partition_hlo
+
+__all__ = [
+    "COLLECTIVE_CAUSES",
+    "DEFAULT",
+    "Capture",
+    "CaptureWay",
+    "Collective",
+    "CollectiveCause",
+    "CollectiveKind",
+    "CollectiveTotals",
+    "CompiledModule",
+    "Frame",
+    "GraphCause",
+    "GraphRun",
+    "LazyGraph",
+    "LazyTrace",
+    "Parameter",
+    "PartitionedGraph",
+    "SourceLine",
+    "analyze",
+    "capture_environment",
+    "classify",
+    "find_collectives",
+    "innermost",
+    "partition_hlo",
+    "read_capture",
+    "read_dump",
+    "read_lazy_trace",
+    "totals",
+]

@@ -14,7 +14,7 @@ torch_xla reads these once, when it starts, so they work only when set before th
 starts (``xlabridge report`` controls its child's environment: ``capture_environment``).
 ``read_lazy_trace`` joins both files by graph hash into plain records: ``LazyGraph`` per
 distinct graph and ``GraphRun`` per execution with its step index (steps end at each
-``torch_xla.sync()``). Dynamo-compiled graphs appear too (their cause says so), so a run
+``torch_xla.sync()`` and each ``torch_xla.compile`` region). Dynamo-compiled graphs appear too (their cause says so), so a run
 that mixes both is covered.
 """
 
@@ -38,6 +38,8 @@ class GraphCause(str, enum.Enum):
 
     SYNC = "sync"
     """The user's ``torch_xla.sync()`` (``xm.mark_step()``): the end of a step."""
+    COMPILE_REGION = "torch-xla-compile"
+    """The end of a ``torch_xla.compile`` region (its graph, or the pending work it syncs first)."""
     HOST_READ = "host-read"
     """A tensor's value was read on the host (``.item()``, ``.cpu()``, ``print``) mid-graph."""
     DYNAMO_COMPILE = "dynamo-compile"
@@ -51,10 +53,16 @@ class GraphCause(str, enum.Enum):
 _CAUSE_TEXT = (
     ("user torch_xla.sync", GraphCause.SYNC),
     ("user mark_step", GraphCause.SYNC),
+    ("torch_xla.compile", GraphCause.COMPILE_REGION),
     ("access tensor value", GraphCause.HOST_READ),
     ("dynamo is compiling", GraphCause.DYNAMO_COMPILE),
     ("dynamo is executing", GraphCause.DYNAMO_EXECUTE),
 )
+
+
+# Causes that end a training step. A ``torch_xla.compile`` region first syncs the work pending
+# before it ("torch_xla.compile clear pending"), which ends nothing.
+_STEP_ENDS = frozenset({GraphCause.SYNC, GraphCause.COMPILE_REGION})
 
 
 def classify_cause(text: str) -> GraphCause:
@@ -118,9 +126,12 @@ class GraphRun:
     """One execution of a graph, in the order the process ran them."""
 
     step: int
-    """How many ``torch_xla.sync()`` executions came before it: its training step."""
+    """How many step ends (``torch_xla.sync()`` or ``torch_xla.compile`` region executions)
+    came before it: its training step."""
     graph_hash: str
     cause: GraphCause
+    compiled: bool = False
+    """The graph was compiled just before this execution (a first compile or a recompile)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +153,8 @@ class LazyTrace:
     def from_dict(cls, data: Mapping[str, Any]) -> LazyTrace:
         return cls(
             graphs=tuple(LazyGraph.from_dict(g) for g in data["graphs"]),
-            runs=tuple(GraphRun(r["step"], r["graph_hash"], GraphCause(r["cause"])) for r in data["runs"]),
+            runs=tuple(GraphRun(r["step"], r["graph_hash"], GraphCause(r["cause"]), r.get("compiled", False))
+                       for r in data["runs"]),
         )
 
 
@@ -160,6 +172,7 @@ def build_lazy_trace(events: list[DebugEvent], saved: list[SavedGraph]) -> LazyT
     sizes: dict[str, dict[str, float]] = {}
     runs: list[GraphRun] = []
     step = 0
+    just_compiled: set[str] = set()
     for event in events:
         key = event.graph_hash
         if key not in first:
@@ -168,12 +181,14 @@ def build_lazy_trace(events: list[DebugEvent], saved: list[SavedGraph]) -> LazyT
         if event.phase == "compile":
             compiles[key] = compiles.get(key, 0) + 1
             sizes.setdefault(key, dict(event.sizes_gb))
+            just_compiled.add(key)
         else:
             executions[key] = executions.get(key, 0) + 1
             first_run.setdefault(key, event)
             cause = classify_cause(event.cause)
-            runs.append(GraphRun(step, key, cause))
-            if cause is GraphCause.SYNC:
+            runs.append(GraphRun(step, key, cause, compiled=key in just_compiled))
+            just_compiled.discard(key)
+            if cause in _STEP_ENDS and "clear pending" not in event.cause:
                 step += 1
     hlo: dict[str, SavedGraph] = {}
     for graph in saved:
