@@ -7,6 +7,13 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 import pytest
 import torch
 
+if not torch.cuda.is_available():
+    # JAX runs in this process too (tests/mx's interpret-mode kernels): left to itself it would
+    # initialise every backend, loading libtpu (installed for xlabridge.tpu's compile worker)
+    # next to torch_xla's PJRT client and taking libtpu's process lock. On a GPU machine JAX
+    # keeps its GPU backend (tests/mx/test_jax.py runs XLA:GPU there).
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 from xlabridge import _optional
 
 requires_xla = pytest.mark.skipif(

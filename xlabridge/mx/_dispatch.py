@@ -2,8 +2,9 @@
 
 Being ``torch.library`` custom ops (``xlabridge::mxfp8_cast``, ``xlabridge::mxfp8_dequantize``)
 lets ``torch.compile`` keep them in its graph without a graph break: under
-``backend="openxla"`` torch_xla replays the graph on XLA tensors, reaching the XLA computation;
-under inductor on CUDA the op stays one Triton launch. The fake implementations give shapes.
+``backend="openxla"`` (or ``"xlabridge"``) torch_xla replays the graph on XLA tensors, reaching
+the XLA computation, or on TPU the Mosaic kernel (``_tpu.py``); under inductor on CUDA the op
+stays one Triton launch. The fake implementations give shapes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from xlabridge.mx import _torch_ops
 
 def _route_cast(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
     if x.device.type == "xla":
-        from xlabridge.mx import _xla
+        from xlabridge.mx import _tpu, _xla
+
+        if _tpu.takes(x, block_size):
+            return _tpu.to_mxfp8(x, block_size, rounding)
 
         return _xla.to_mxfp8(x, block_size, rounding)
     if x.device.type == "cuda":

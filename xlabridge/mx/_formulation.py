@@ -99,12 +99,23 @@ def scale_code(ops: ArrayOps, abs_bits: Array, rounding: str) -> Array:
     return ops.select(ops.ge(abs_bits, C.F32_INF_BITS), C.E8M0_NAN, code)
 
 
+def scale_factors(ops: ArrayOps, code: Array) -> tuple[Array, Array]:
+    """``(reciprocal, is_nan)`` of scale bytes ``code`` (s32): the float32 factor 2**(127 - code)
+    that divides by the scale, and whether the block is NaN (byte 0xFF)."""
+    reciprocal = ops.bitcast(ops.shift_left(ops.sub(2 * C.E8M0_BIAS, code), C.F32_MANTISSA_BITS), "f32")
+    return reciprocal, ops.eq(code, C.E8M0_NAN)
+
+
+def scaled_values(ops: ArrayOps, x32: Array, reciprocal: Array, is_nan: Array) -> Array:
+    """The float32 values the data bytes encode: ``x32`` times its block's ``reciprocal``, saturated
+    at +-448, NaN throughout a NaN block (factors broadcast to ``x32``'s shape)."""
+    scaled = ops.clamp(ops.mul(x32, reciprocal), -C.E4M3_MAX, C.E4M3_MAX)
+    return ops.select(is_nan, float("nan"), scaled)
+
+
 def _scaled_data(ops: ArrayOps, x32: Array, code: Array) -> Array:
     """float8_e4m3fn data of blocks ``x32`` (f32) under broadcast scale bytes ``code`` (s32)."""
-    reciprocal = ops.bitcast(ops.shift_left(ops.sub(2 * C.E8M0_BIAS, code), C.F32_MANTISSA_BITS), "f32")
-    scaled = ops.clamp(ops.mul(x32, reciprocal), -C.E4M3_MAX, C.E4M3_MAX)
-    scaled = ops.select(ops.eq(code, C.E8M0_NAN), float("nan"), scaled)
-    return ops.convert(scaled, "f8e4m3fn")
+    return ops.convert(scaled_values(ops, x32, *scale_factors(ops, code)), "f8e4m3fn")
 
 
 def _recomputed_code(ops: ArrayOps, blocks: Array, input_dtype: str, block_size: int, rounding: str, wide: bool) -> Array:

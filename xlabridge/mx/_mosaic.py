@@ -1,0 +1,268 @@
+"""The cast on TPUs: one Mosaic (Pallas TPU) kernel that reads the input once and writes data and
+scale once, in their final shapes.
+
+Layout. The input is viewed as ``[L, R, K]`` (leading dimensions collapsed into ``L``, which is
+free: XLA:TPU tiles only the two minor dimensions of an array in HBM, in (8, 128) tiles), and
+the outputs are written as ``[L, R, K]`` and ``[L, R, K/32]``, so XLA adds no copy or relayout
+around the kernel. A grid step takes a tile of ``rows x lanes`` (``Tiles``); inside it the kernel
+walks chunks of 128 rows x 128 lanes. A block of 32 elements runs along the 128 lanes of a vector
+register, where its maximum needs values from other lanes. Lane rotations (``pltpu.roll``) do
+that, but each one occupies a cross-lane unit for about as long as a whole chunk's arithmetic
+(libtpu's static schedule of a butterfly of rotations: 34 bundles per vector register on v5e).
+So each chunk is transposed instead (``chunk.T``, one pass through the transpose unit): a block
+then runs along 32 sublanes, four vector registers of the same lanes, and its maximum is an
+elementwise maximum of four registers plus one reduction over eight sublanes. Each lane of the
+transposed chunk is one input row, so the chunk's 128 x 4 scale bytes come out as rows of a
+``(4, 128)`` array; the bytes of 32 chunks (4096 input lanes) fill a ``(128, 128)`` scratch that
+is transposed once into 128 rows of 128 scale bytes. The data is scaled in the transposed
+layout, transposed back as float32 and converted to float8 there. libtpu's static schedule of the
+chunk loop: 8.6-9.5 bundles per 1024 elements on v5e, v5p and v6e (see
+``tools/bench/mx_cast_tpu.py``).
+
+The arithmetic is ``_formulation.py``'s: ``scale_code`` of the block maximum and
+``scale_factors``/``scaled_values`` for the data. Where the kernel departs from the formulation,
+and why:
+
+* The block maximum is taken over the transposed chunk (a reshape that splits sublanes, which
+  Mosaic accepts) instead of ``reduce_max_last`` over a ``[..., K/32, 32]`` reshape: Mosaic
+  refuses to split the lane dimension ("unsupported shape cast"). It is the integer maximum of
+  ``|x|``'s bit patterns as in the formulation, taken before ``scale_code`` rather than after
+  (the same result: ``scale_code`` is monotone), so the code is computed once per block.
+* The reciprocal and the NaN flag are computed per block and broadcast to the block's 32
+  sublanes, rather than computed from a broadcast code per element.
+* ``MosaicOps.select`` selects booleans with logical operations: Mosaic cannot legalize a
+  select of ``i1`` vectors (``rceil``'s round-up test).
+* The float32 -> float8_e4m3fn conversion is Mosaic's (an instruction on v5e, an integer
+  emulation on v4 and v6e). Interpret mode runs XLA:CPU's conversion of the same values, so
+  bit-exactness on a TPU chip rests on Mosaic converting in-range values with round-to-nearest-
+  even like XLA; every other step is integer arithmetic or a multiplication by a power of two.
+
+Like every XLA device, a TPU flushes float32 subnormals to zero; interpret mode on XLA:CPU does
+too, and the tests compare with the reference's ``ftz`` model (see ``xlabridge.mx``).
+
+JAX is imported when this module is; ``xlabridge.mx._tpu`` puts the kernel into torch_xla's graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from xlabridge.mx import _constants as C
+from xlabridge.mx import _formulation
+from xlabridge.mx._jax import JaxOps
+
+LANES = 128
+"""Lanes of a vector register: the width of a chunk."""
+CHUNK_ROWS = 128
+"""Rows of a chunk: transposed, they become the 128 lanes of the blocks' registers."""
+BLOCK_SIZES = (8, 16, 32, 64, 128)
+"""Block sizes the kernel handles: a block must split a chunk's 128 lanes into whole sublane tiles."""
+TILE_BYTES = 2 << 20
+"""Input bytes per grid step, at most: the double-buffered input, data and scale tiles then take
+under 7 MiB of VMEM, and a step moves enough bytes that the grid's fixed cost per step (about
+0.35 us, JAX's Pallas TPU guide) stays small."""
+MIN_STEPS = 4
+"""Grid steps to aim for on small inputs, so that copies in and out overlap the compute (and a
+v4 or v5p chip's two TensorCores both get work)."""
+SMALLEST_VMEM = 16 << 20
+"""VMEM assumed when the target chip is not known: the smallest of the chips in
+``xlabridge.tpu.CHIPS`` (v4's, per TensorCore)."""
+
+
+INPUT_DTYPES = ("bfloat16", "float32")
+"""Input dtypes the kernel takes. Mosaic has no float16 type ("Unsupported type in mosaic
+dialect: 'f16'", libtpu 0.0.23; TPUs compute in bfloat16 and float32), so float16 inputs on a TPU
+take the XLA computation."""
+
+
+def supports(block_size: int, dtype_name: str) -> bool:
+    """Whether the kernel handles ``block_size`` (see ``BLOCK_SIZES``) and inputs of ``dtype_name``
+    (``"bfloat16"``...; see ``INPUT_DTYPES``)."""
+    return block_size in BLOCK_SIZES and dtype_name in INPUT_DTYPES
+
+
+class MosaicOps(JaxOps):
+    """``ArrayOps`` for Mosaic kernel bodies: ``JaxOps`` but for selects of booleans."""
+
+    def select(self, pred, on_true, on_false):
+        if getattr(on_true, "dtype", None) == jnp.bool_ and getattr(on_false, "dtype", None) == jnp.bool_:
+            return (pred & on_true) | (~pred & on_false)
+        return super().select(pred, on_true, on_false)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    """One grid step's share of the ``[L, R, K]`` input: ``leading x rows x lanes``."""
+
+    leading: int
+    rows: int
+    lanes: int
+
+
+def choose_tiles(shape: tuple[int, int, int], itemsize: int, block_size: int, vmem_bytes: int | None = None) -> Tiles:
+    """Tiles for a ``[L, R, K]`` input of ``itemsize``-byte elements on a chip with ``vmem_bytes``
+    of VMEM per TensorCore (None: ``SMALLEST_VMEM``).
+
+    A tile takes at most ``TILE_BYTES`` of input (an eighth of VMEM where that is less), is a
+    whole number of 128-row chunks (or all of a shorter ``R``), and leaves ``MIN_STEPS`` grid
+    steps where the input has that many chunks. Its lanes are all of ``K`` when 128 rows of them
+    fit, else a multiple of ``128 * block_size``: the scale tile's lanes must be a multiple of 128
+    or all of ``K / block_size`` (Mosaic's block-shape rule).
+    """
+    L, R, K = shape
+    budget = min(TILE_BYTES, (vmem_bytes or SMALLEST_VMEM) // 8)
+    rows = min(R, CHUNK_ROWS)
+    scale_lanes = LANES * block_size
+    if rows * K * itemsize <= budget or K <= scale_lanes:
+        lanes = K
+    else:
+        lanes = max(scale_lanes, budget // (rows * itemsize) // scale_lanes * scale_lanes)
+    if R <= CHUNK_ROWS:
+        leading = max(1, min(L, budget // (R * lanes * itemsize), -(-L // MIN_STEPS)))
+        return Tiles(leading, R, lanes)
+    chunks_per_tile = max(1, budget // (CHUNK_ROWS * lanes * itemsize))
+    steps_wanted = -(-MIN_STEPS // (L * -(-K // lanes)))
+    chunks_per_tile = max(1, min(chunks_per_tile, R // CHUNK_ROWS // steps_wanted))
+    return Tiles(1, chunks_per_tile * CHUNK_ROWS, lanes)
+
+
+def _loop(n: int, body, init):
+    """``fori_loop`` over ``range(n)``, inlined when ``n == 1`` (a static index lets Mosaic prove
+    the alignment of the slices it feeds)."""
+    if n == 1:
+        return body(0, init)
+    return lax.fori_loop(0, n, body, init)
+
+
+def _cast_chunk(x_ref, data_ref, codes_ref, leading, rows, lane0, width, code_row0, block_size, rounding):
+    """Cast one ``rows x width`` chunk; its scale bytes go to rows ``code_row0...`` of ``codes_ref``."""
+    ops = MosaicOps()
+    transposed = x_ref[leading, rows, pl.ds(lane0, width)].T.astype(jnp.float32)  # [width, rows]
+    n_blocks = width // block_size
+    blocked = (n_blocks, block_size, transposed.shape[1])
+    abs_bits = lax.bitcast_convert_type(transposed, jnp.int32) & C.F32_ABS_MASK
+    code = _formulation.scale_code(ops, jnp.max(abs_bits.reshape(blocked), axis=1), rounding)
+    codes_ref[pl.ds(code_row0, n_blocks), :] = code
+    reciprocal, is_nan = _formulation.scale_factors(ops, code)
+    scaled = _formulation.scaled_values(
+        ops,
+        transposed,
+        jnp.broadcast_to(reciprocal[:, None, :], blocked).reshape(transposed.shape),
+        jnp.broadcast_to(is_nan[:, None, :], blocked).reshape(transposed.shape),
+    )
+    data_ref[leading, rows, pl.ds(lane0, width)] = scaled.T.astype(jnp.float8_e4m3fn)
+
+
+def _kernel(x_ref, data_ref, scale_ref, codes_ref, *, block_size: int, rounding: str, unroll: int):
+    tile_leading, tile_rows, tile_lanes = x_ref.shape
+    strip = min(CHUNK_ROWS, tile_rows)
+    n_strips = tile_rows // strip
+    full_chunks, tail = divmod(tile_lanes, LANES)
+    # 128 scale lanes cover this many input lanes: one row of the codes scratch per block
+    span = LANES * block_size
+    blocks_per_chunk = LANES // block_size
+
+    def cast_strip(leading, row0):
+        rows = pl.ds(row0, strip)
+        for span_index in range(-(-tile_lanes // span)):
+            first = span_index * span
+            chunks = max(0, min(span, full_chunks * LANES - first) // LANES)
+            step = unroll if chunks % unroll == 0 else 1
+
+            def body(i, carry, first=first, step=step):
+                for k in range(step):
+                    c = i * step + k
+                    lane0 = pl.multiple_of(first + c * LANES, LANES)
+                    _cast_chunk(x_ref, data_ref, codes_ref, leading, rows, lane0, LANES, c * blocks_per_chunk,
+                                block_size, rounding)
+                return carry
+
+            if chunks:
+                _loop(chunks // step, body, 0)
+            if tail and first + span >= tile_lanes:
+                _cast_chunk(x_ref, data_ref, codes_ref, leading, rows, full_chunks * LANES, tail,
+                            chunks * blocks_per_chunk, block_size, rounding)
+            width = min(LANES, (tile_lanes - first) // block_size)
+            scale_ref[leading, rows, pl.ds(span_index * LANES, width)] = codes_ref[...].T[:, :width].astype(jnp.uint8)
+
+    def per_leading(leading, carry):
+        def per_strip(i, carry):
+            cast_strip(leading, pl.multiple_of(i * strip, strip) if n_strips > 1 else 0)
+            return carry
+
+        return _loop(n_strips, per_strip, carry)
+
+    _loop(tile_leading, per_leading, 0)
+
+
+UNROLL = 4
+"""Chunks per loop iteration: enough independent work for libtpu's scheduler to overlap one
+chunk's transposes with another's arithmetic (v5e: 15.8 bundles per register with 1, 9.5 with 4)."""
+
+
+def cast_3d(x, block_size: int, rounding: str, tiles: Tiles, interpret: bool = False):
+    """``(data, scale)`` of a ``[L, R, K]`` array from one ``pallas_call``."""
+    L, R, K = x.shape
+    grid = (pl.cdiv(L, tiles.leading), pl.cdiv(R, tiles.rows), pl.cdiv(K, tiles.lanes))
+    index = lambda a, i, j: (a, i, j)  # noqa: E731
+    kernel = functools.partial(_kernel, block_size=block_size, rounding=rounding, unroll=UNROLL)
+    return pl.pallas_call(
+        kernel,
+        grid=grid,
+        in_specs=[pl.BlockSpec((tiles.leading, tiles.rows, tiles.lanes), index)],
+        out_specs=[
+            pl.BlockSpec((tiles.leading, tiles.rows, tiles.lanes), index),
+            pl.BlockSpec((tiles.leading, tiles.rows, tiles.lanes // block_size), index),
+        ],
+        out_shape=[
+            jax.ShapeDtypeStruct((L, R, K), jnp.float8_e4m3fn),
+            jax.ShapeDtypeStruct((L, R, K // block_size), jnp.uint8),
+        ],
+        scratch_shapes=[pltpu.VMEM((LANES, min(CHUNK_ROWS, tiles.rows)), jnp.int32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel")),
+        cost_estimate=pl.CostEstimate(
+            flops=0, transcendentals=0, bytes_accessed=x.size * x.dtype.itemsize + x.size + x.size // block_size
+        ),
+        interpret=interpret,
+        name="xlabridge_mxfp8_cast",
+    )(x)
+
+
+def as_3d(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """``[L, R, K]`` of ``shape``: all but the two minor dimensions collapsed (free on TPU)."""
+    if len(shape) == 1:
+        return (1, 1, shape[0])
+    return (math.prod(shape[:-2]), shape[-2], shape[-1])
+
+
+def to_mxfp8(x, block_size: int = 32, rounding: str = "floor", *, vmem_bytes: int | None = None,
+             tiles: Tiles | None = None, interpret: bool = False):
+    """``(data, scale)`` of JAX array ``x`` (bfloat16 or float32, any leading shape) from
+    one Mosaic kernel. ``vmem_bytes`` (the target chip's VMEM per core) sizes the tiles, or
+    ``tiles`` gives them; ``interpret=True`` runs the kernel's semantics on any backend.
+
+    A plain function around a jitted one, so that it pickles by reference (``xlabridge.tpu``'s
+    ``compile_jax`` lowers it in a worker process)."""
+    if block_size not in BLOCK_SIZES:
+        raise ValueError(f"block_size must be one of {BLOCK_SIZES} for the Mosaic kernel, got {block_size}")
+    if jnp.dtype(x.dtype).name not in INPUT_DTYPES:
+        raise TypeError(f"x must be bfloat16 or float32 for the Mosaic kernel (Mosaic has no float16), got {x.dtype}")
+    if x.ndim == 0 or x.shape[-1] % block_size:
+        raise ValueError(f"the last dimension of x (shape {x.shape}) must be a multiple of block_size ({block_size})")
+    return _to_mxfp8(x, block_size, rounding, vmem_bytes, tiles, interpret)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
+def _to_mxfp8(x, block_size, rounding, vmem_bytes, tiles, interpret):
+    shape3 = as_3d(x.shape)
+    tiles = tiles or choose_tiles(shape3, x.dtype.itemsize, block_size, vmem_bytes)
+    data, scale = cast_3d(x.reshape(shape3), block_size, rounding, tiles, interpret)
+    return data.reshape(x.shape), scale.reshape(x.shape[:-1] + (x.shape[-1] // block_size,))
