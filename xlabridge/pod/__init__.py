@@ -13,16 +13,22 @@ into events and report sections:
   process (compiled for N CPU devices in a jaxlib worker).
 - ``read_lazy_trace`` → ``LazyTrace``: each XLA graph of a lazily traced run with its cause
   (sync, host read, Dynamo), compiles, executions, triggering frames and HLO.
+- ``find_divergences`` over each process's ``ProcessRun``: graphs that differ between processes
+  at the same step (with the differing source lines) and compiles only some processes do.
+- ``compile_for_pod`` → ``PodGraph``: each sharded graph compiled for a TPU slice by libtpu
+  (``xlabridge.tpu``): HBM per chip and whether it fits, kernels, cost, TPU collectives.
 """
 
 from xlabridge.pod.capture import DEFAULT, Capture, CaptureWay, capture_environment, read_capture
 from xlabridge.pod.causes import COLLECTIVE_CAUSES, CollectiveCause, classify
 from xlabridge.pod.collectives import Collective, CollectiveKind, CollectiveTotals, SourceLine, find_collectives, totals
+from xlabridge.pod.divergence import Divergence, ProcessRun, SourceDifference, UnevenCompile, find_divergences
 from xlabridge.pod.dump import CompiledModule, read_dump
 from xlabridge.pod.frames import Frame, innermost
 from xlabridge.pod.graph import Parameter, PartitionedGraph, analyze
 from xlabridge.pod.lazy import GraphCause, GraphRun, LazyGraph, LazyTrace, read_lazy_trace
 from xlabridge.pod.partition import partition_hlo
+from xlabridge.pod.tpu_view import PodGraph, compile_for_pod
 
 __all__ = [
     "COLLECTIVE_CAUSES",
@@ -34,6 +40,7 @@ __all__ = [
     "CollectiveKind",
     "CollectiveTotals",
     "CompiledModule",
+    "Divergence",
     "Frame",
     "GraphCause",
     "GraphRun",
@@ -41,11 +48,17 @@ __all__ = [
     "LazyTrace",
     "Parameter",
     "PartitionedGraph",
+    "PodGraph",
+    "ProcessRun",
+    "SourceDifference",
     "SourceLine",
+    "UnevenCompile",
     "analyze",
     "capture_environment",
     "classify",
+    "compile_for_pod",
     "find_collectives",
+    "find_divergences",
     "innermost",
     "partition_hlo",
     "read_capture",
