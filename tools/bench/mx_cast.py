@@ -1,7 +1,9 @@
 """MXFP8 cast benchmark on a CUDA GPU: the Triton kernel, torch.compile of the naive and the
-reordered PyTorch code, the JAX/XLA:GPU versions of xlabridge's formulation (plain ops and the
+reordered PyTorch code, torchao's own ``to_mx`` under torch.compile (FLOOR and RCEIL, when
+torchao is installed), the JAX/XLA:GPU versions of xlabridge's formulation (plain ops and the
 Pallas kernel), and a plain device copy of the input as the bandwidth ceiling, for inputs from
-1 MB to 1 GB.
+1 MB to 1 GB. Where torchao runs, the bytes of its cast and xlabridge's are compared block by
+block on seeded inputs with special values, and each is checked against the NumPy spec model.
 
     PYTHONPATH=. python3 tools/bench/mx_cast.py --out results.json
 
@@ -76,9 +78,14 @@ def torch_side(args) -> dict:
         return baseline(x, cast_first=True)
 
     compiled = {"compile_view_first": torch.compile(naive), "compile_cast_first": torch.compile(reordered)}
+    torchao_casts = _torchao_casts(results)
 
     def xlabridge_cast(x):
         q = mx.to_mxfp8(x)
+        return q.data, q.scale
+
+    def xlabridge_rceil(x):
+        q = mx.to_mxfp8(x, rounding="rceil")
         return q.data, q.scale
 
     def gpu_time(fn, inputs, reps=20) -> float:
@@ -136,6 +143,11 @@ def torch_side(args) -> dict:
         name: bool(torch.equal(fn(x)[0].view(torch.uint8), ref_data.view(torch.uint8)) and torch.equal(fn(x)[1], ref_scale))
         for name, fn in compiled.items()
     }
+    if torchao_casts:
+        results["agreement_with_torchao"] = {
+            mode: _agreement(xlabridge_cast if mode == "floor" else xlabridge_rceil, torchao_casts[f"torchao_{mode}"], mode)
+            for mode in ("floor", "rceil")
+        }
     del x, ref_data, ref_scale
 
     rows = []
@@ -155,17 +167,89 @@ def torch_side(args) -> dict:
         variants = [("xlabridge_cuda", xlabridge_cast)]
         if dtype == torch.bfloat16:
             variants += list(compiled.items())
+            if torchao_casts:
+                variants += [("xlabridge_cuda_rceil", xlabridge_rceil), *torchao_casts.items()]
         for name, fn in variants:
             ms = gpu_time(fn, inputs)
             row[name] = {"ms": ms, "GBps": cast_bytes / ms / 1e6, "vs_copy": (cast_bytes / ms) / (2 * in_bytes / copy_ms)}
         if "compile_view_first" in row:
             row["xlabridge_cuda"]["speedup_vs_view_first"] = row["compile_view_first"]["ms"] / row["xlabridge_cuda"]["ms"]
+        for mode, ours in (("floor", "xlabridge_cuda"), ("rceil", "xlabridge_cuda_rceil")):
+            if f"torchao_{mode}" in row:
+                row[ours][f"ms_vs_torchao_{mode}"] = row[ours]["ms"] / row[f"torchao_{mode}"]["ms"]
         rows.append(row)
         print(json.dumps(row), flush=True)
         del inputs, dst
         torch.cuda.empty_cache()
     results["sizes"] = rows
     return results
+
+
+def _torchao_casts(results: dict) -> dict:
+    """torchao's ``to_mx`` (float8_e4m3fn, block 32) under torch.compile, FLOOR and RCEIL, as
+    ``(data, scale bytes)``; empty if torchao is not installed."""
+    import torch
+
+    try:
+        import torchao
+        from torchao.prototype.mx_formats.config import ScaleCalculationMode
+        from torchao.prototype.mx_formats.mx_tensor import to_mx
+    except ImportError as error:
+        results["torchao"] = f"not installed ({error})"
+        return {}
+    results["torchao"] = torchao.__version__
+
+    def make(mode):
+        def cast(x):
+            scale, data = to_mx(x, torch.float8_e4m3fn, 32, mode)
+            return data, scale.view(torch.uint8)
+
+        return torch.compile(cast)
+
+    return {"torchao_floor": make(ScaleCalculationMode.FLOOR), "torchao_rceil": make(ScaleCalculationMode.RCEIL)}
+
+
+def _agreement(ours, theirs, rounding: str) -> dict:
+    """Blocks where xlabridge's and torchao's bytes (data and scale) differ, on seeded bf16 inputs
+    of which 40% of the blocks are special (tests/mx/_cases.py), and how each side compares with
+    the NumPy spec model, by the kind of block: scale 2**-127 (byte 0 in the model), NaN/Inf
+    (byte 0xFF), or any other."""
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, os.getcwd())
+    from tests.mx._cases import make_input
+    from tests.mx._reference import mxfp8_reference
+
+    counts: dict = {"blocks": 0}
+    for seed in range(4):
+        x = make_input((512, 1024), torch.bfloat16, seed=100 + seed)
+        ref_data, ref_scale = mxfp8_reference(x.double().numpy(), 32, rounding)
+        ref_data = ref_data.reshape(-1, 32)
+        ref_scale = ref_scale.reshape(-1)
+        kind = np.where(ref_scale == 0xFF, "nan_inf", np.where(ref_scale == 0, "scale_2^-127", "other"))
+        sides = {}
+        for name, fn in (("xlabridge", ours), ("torchao", theirs)):
+            data, scale = fn(x.cuda())
+            torch.cuda.synchronize()
+            sides[name] = (data.view(torch.uint8).cpu().numpy().reshape(-1, 32), scale.cpu().numpy().reshape(-1))
+        counts["blocks"] += len(ref_scale)
+        for k in ("scale_2^-127", "nan_inf", "other"):
+            counts.setdefault("blocks_by_kind", {})[k] = counts.get("blocks_by_kind", {}).get(k, 0) + int((kind == k).sum())
+
+        def differ(a, b):
+            return (a[0] != b[0]).any(axis=1) | (a[1] != b[1])
+
+        for label, mask in (
+            ("xlabridge_vs_torchao", differ(sides["xlabridge"], sides["torchao"])),
+            ("xlabridge_vs_spec", differ(sides["xlabridge"], (ref_data, ref_scale))),
+            ("torchao_vs_spec", differ(sides["torchao"], (ref_data, ref_scale))),
+        ):
+            entry = counts.setdefault(label, {"differing_blocks": 0, "by_kind": {}})
+            entry["differing_blocks"] += int(mask.sum())
+            for k in ("scale_2^-127", "nan_inf", "other"):
+                entry["by_kind"][k] = entry["by_kind"].get(k, 0) + int((mask & (kind == k)).sum())
+    return counts
 
 
 # ----------------------------------------------------------------------------- JAX side
@@ -319,13 +403,18 @@ def main() -> None:
         print(json.dumps(jax_probe(int(args.probe[0]), args.probe[1].split(","), int(args.probe[2]))))
         return
     results = {"commit": os.environ.get("XLABRIDGE_COMMIT"), "command": " ".join(sys.argv)}
+
+    def write() -> None:  # after each side, so a run cut short keeps what it measured
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"wrote {args.out}", flush=True)
+
     if not args.skip_torch:
         results["torch"] = torch_side(args)
+        write()
     if not args.skip_jax:
         results["jax"] = jax_side(args)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
-    print(f"wrote {args.out}")
+        write()
 
 
 if __name__ == "__main__":
