@@ -131,7 +131,9 @@ def torch_side(args) -> dict:
     results["triton_tile_sweep_256MB"] = sweep
     results["triton_config"] = {"tile": best["tile"], "num_warps": best["num_warps"]}
 
-    results["kernels"] = {name: kernels_of(fn, x) for name, fn in [("xlabridge_cuda", xlabridge_cast), *compiled.items()]}
+    results["kernels"] = {
+        name: kernels_of(fn, x) for name, fn in [("xlabridge_cuda", xlabridge_cast), *compiled.items(), *torchao_casts.items()]
+    }
     from torch._inductor.utils import run_and_get_code
 
     results["inductor_code"] = {
@@ -199,14 +201,20 @@ def _torchao_casts(results: dict) -> dict:
         return {}
     results["torchao"] = torchao.__version__
 
-    def make(mode):
-        def cast(x):
-            scale, data = to_mx(x, torch.float8_e4m3fn, 32, mode)
-            return data, scale.view(torch.uint8)
+    def torchao_floor(x):
+        scale, data = to_mx(x, torch.float8_e4m3fn, 32, ScaleCalculationMode.FLOOR)
+        return data, scale.view(torch.uint8)
 
-        return torch.compile(cast)
+    def torchao_rceil(x):
+        scale, data = to_mx(x, torch.float8_e4m3fn, 32, ScaleCalculationMode.RCEIL)
+        return data, scale.view(torch.uint8)
 
-    return {"torchao_floor": make(ScaleCalculationMode.FLOOR), "torchao_rceil": make(ScaleCalculationMode.RCEIL)}
+    # One function per mode and static shapes: each input shape gets its own specialized kernel
+    # (as the view-first/cast-first baselines do), rather than Dynamo's automatic dynamic shapes
+    # after the second shape, or its fallback to eager once a function's recompile limit is hit.
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 32)
+    return {name: torch.compile(fn, dynamic=False, fullgraph=True) for name, fn in
+            (("torchao_floor", torchao_floor), ("torchao_rceil", torchao_rceil))}
 
 
 def _agreement(ours, theirs, rounding: str) -> dict:
