@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import requires_xla
 from tests.tpu.conftest import requires_tpu_compiler
 from xlabridge import tpu
 from xlabridge.errors import MissingDependencyError, TpuCompileError, TpuWorkerError, UnknownTopologyError
@@ -132,3 +133,14 @@ def _spec():
     import jax
 
     return jax.ShapeDtypeStruct((8, 128), "float32")
+
+
+@requires_xla
+@requires_tpu_compiler
+def test_compile_tensors_wants_xla_tensors(compiler):
+    import torch
+
+    with pytest.raises(ValueError, match=r"on the XLA device .*: not so at position\(s\) \[0\]"):
+        compiler.compile_tensors([torch.ones(2)])
+    with pytest.raises(ValueError, match="got an empty sequence"):
+        compiler.compile_tensors([])

@@ -167,10 +167,8 @@ class TpuCompiler:
         tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
         wrong = [i for i, t in enumerate(tensors) if not isinstance(t, torch.Tensor) or t.device.type != "xla"]
         if not tensors or wrong:
-            raise ValueError(
-                "tensors must be torch tensors on the XLA device (one, or a non-empty sequence); "
-                f"not so at position(s) {wrong}" if wrong else "tensors is empty"
-            )
+            problem = f"not so at position(s) {wrong}" if wrong else "got an empty sequence"
+            raise ValueError(f"tensors must be torch tensors on the XLA device (one, or a non-empty sequence): {problem}")
         proto = torch_xla._XLAC._get_xla_tensors_hlo_proto(tensors)
         return self.compile_hlo_proto(proto, num_partitions=num_partitions, topology=topology, name=name)
 
