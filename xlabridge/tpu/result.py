@@ -85,6 +85,8 @@ class TpuCompileResult:
     flops: float | None
     transcendentals: float | None
     bytes_accessed: float | None
+    """XLA's cost analysis of the optimized program; None where it gave none. A custom call's cost
+    is unknown to it (a Mosaic kernel adds nothing; others count -1 each)."""
     cost_model_seconds: float | None
     """See ``COST_MODEL_NOTE``."""
     hlo: str
