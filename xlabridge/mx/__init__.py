@@ -19,14 +19,16 @@ Semantics, bit for bit (tests/mx checks them against a NumPy model of the spec):
 * Scaled values round to nearest even, and finite values beyond 448 saturate to +-448.
 
 Devices: CUDA tensors take one Triton kernel launch (reads the input once, no copies); XLA
-tensors take one XLA computation built with torch_xla's XlaBuilder (``xlabridge.hlo.kernel_count``
-shows what XLA makes of it: two kernels on XLA:CPU, the fewest it can make of two outputs);
-other tensors use eager torch. For XLA on GPUs through JAX, ``xlabridge.mx._pallas.to_mxfp8``
-is the same formulation as one Pallas kernel. See ``_formulation.py`` for why it is written so.
-XLA on CPU and TPU flushes float32 subnormals to zero, so there, subnormal inputs scale as
-zeros (their block's scale byte is unaffected, except that an rceil scale below 2**-126
-flushes to byte 0). Both functions are torch custom ops, so ``torch.compile`` keeps them in
-its graph.
+tensors on a TPU (bfloat16 and float32, block sizes 8 to 128) take one Mosaic kernel, put into
+torch_xla's graph as a ``tpu_custom_call`` (``_mosaic.py``, ``_tpu.py``); other XLA tensors, and
+float16 on a TPU, take one XLA computation built with torch_xla's XlaBuilder
+(``xlabridge.hlo.kernel_count`` shows what XLA makes of it: two kernels on XLA:CPU, the fewest it
+can make of two outputs, ten on TPU); other tensors use eager torch. For XLA on GPUs through
+JAX, ``xlabridge.mx._pallas.to_mxfp8`` is the same formulation as one Pallas kernel. See
+``_formulation.py`` for why it is written so. XLA on CPU and TPU flushes float32 subnormals to
+zero, so there, subnormal inputs scale as zeros (their block's scale byte is unaffected, except
+that an rceil scale below 2**-126 flushes to byte 0). Both functions are torch custom ops, so
+``torch.compile`` keeps them in its graph.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The same code builds the XLA computation (through torch_xla's XlaBuilder, ``_xla.py``), the
 JAX version used to check XLA:GPU (``_jax.py``), and the eager PyTorch path (``_torch_ops.py``):
-each supplies an ``ArrayOps`` adapter. One source keeps the three bit-identical and means
+each supplies an ``ArrayOps`` adapter. The Pallas (``_pallas.py``) and Mosaic (``_mosaic.py``)
+kernel bodies call it too; the Mosaic kernel's departures are listed in its docstring. One source keeps the three bit-identical and means
 the XLA:GPU fusion count measured through JAX is that of the very formulation torch_xla runs.
 
 Why it is written this way:

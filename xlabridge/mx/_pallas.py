@@ -10,8 +10,8 @@ custom call in the XLA program, so the cast is one kernel: each program instance
 registers. The kernel body is the very formulation code the other paths run (``JaxOps``).
 
 This is Pallas' Triton backend, for GPUs. On TPUs Pallas compiles through Mosaic, whose block
-shapes and layouts follow the (8, 128) vector tiles; no Mosaic kernel is written here (there is
-no TPU to test one on), so TPUs run the XLA computation of ``_xla.py``.
+shapes and layouts follow the (8, 128) vector tiles and refuse this kernel's rank-1 scale blocks;
+the TPU kernel is ``_mosaic.py``.
 """
 
 from __future__ import annotations
