@@ -30,6 +30,9 @@ pytestmark = requires_xla
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ("mlp", "mlp_fixed", "mlp_compile", "mlp_fixed_compile", "gpt2", "gpt2_compile")
+# Every scenario on 4 devices; on 8, all but GPT-2 under torch.compile (the slowest to compile
+# here: Dynamo, AOTAutograd and an SPMD XLA:CPU compile; its 4-device run covers that path).
+RUN = {4: SCENARIOS, 8: tuple(s for s in SCENARIOS if s != "gpt2_compile")}
 XLA_FLAGS = "--xla_backend_optimization_level=0"
 # Lazy scenarios whose pre-partition graph is partitioned again by ``partition_hlo``.
 PROBED = {4: ("mlp", "gpt2"), 8: ("mlp",)}
@@ -54,7 +57,7 @@ def _worker(out: Path, devices: int, *, observed: bool) -> subprocess.Popen:
         env.update(capture_environment(out / "capture", xla_flags=XLA_FLAGS))
     probes = ",".join(PROBED[devices]) if observed else ""
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.pod._sharded_worker", str(out), "--probe", probes, *SCENARIOS],
+        [sys.executable, "-m", "tests.pod._sharded_worker", str(out), "--probe", probes, *RUN[devices]],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -96,6 +99,8 @@ def _reference_view(module: CompiledModule) -> list[tuple]:
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_collectives_equal_a_count_from_the_proto(runs, scenario):
+    if scenario not in RUN[runs.devices]:
+        pytest.skip(f"{scenario} runs on 4 devices only")
     modules = runs.modules(scenario)
     assert modules, f"no module compiled for {scenario}"
     counted = 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
+from xlabridge.pod._hlo_proto import instruction_stacks
 from xlabridge.pod._hlo_text import parse_module
 from xlabridge.pod.dump import CompiledModule
 from xlabridge.pod.frames import Frame, innermost
@@ -86,8 +87,6 @@ def _by_place(runs: tuple[GraphRun, ...]) -> dict[tuple[int, int], GraphRun]:
 def _source_lines(module: CompiledModule | None, is_user: Callable[[str], bool]) -> set[str]:
     if module is None:
         return set()
-    from xlabridge.pod._hlo_proto import instruction_stacks
-
     lines, computing = set(), set()
     parsed = parse_module(module.text)
     for computation in parsed.computations.values():

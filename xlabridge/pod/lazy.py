@@ -30,7 +30,7 @@ from xlabridge.pod._debug_file import DebugEvent, parse_debug_file
 from xlabridge.pod._save_file import SavedGraph, parse_save_file
 from xlabridge.pod.frames import Frame, innermost
 
-__all__ = ["GraphCause", "GraphRun", "LazyGraph", "LazyTrace", "classify_cause", "read_lazy_trace"]
+__all__ = ["GraphCause", "GraphRun", "LazyGraph", "LazyTrace", "build_lazy_trace", "classify_cause", "read_lazy_trace"]
 
 
 class GraphCause(str, enum.Enum):
