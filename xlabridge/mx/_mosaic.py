@@ -8,7 +8,8 @@ around the kernel. A grid step takes a tile of ``rows x lanes`` (``Tiles``); ins
 walks chunks of 128 rows x 128 lanes. A block of 32 elements runs along the 128 lanes of a vector
 register, where its maximum needs values from other lanes. Lane rotations (``pltpu.roll``) do
 that, but each one occupies a cross-lane unit for about as long as a whole chunk's arithmetic
-(libtpu's static schedule of a butterfly of rotations: 34 bundles per vector register on v5e).
+(libtpu's static schedule of a butterfly of rotations, tried first: 34 bundles per 1024
+elements on v5e).
 So each chunk is transposed instead (``chunk.T``, one pass through the transpose unit): a block
 then runs along 32 sublanes, four vector registers of the same lanes, and its maximum is an
 elementwise maximum of four registers plus one reduction over eight sublanes. Each lane of the
@@ -16,8 +17,8 @@ transposed chunk is one input row, so the chunk's 128 x 4 scale bytes come out a
 ``(4, 128)`` array; the bytes of 32 chunks (4096 input lanes) fill a ``(128, 128)`` scratch that
 is transposed once into 128 rows of 128 scale bytes. The data is scaled in the transposed
 layout, transposed back as float32 and converted to float8 there. libtpu's static schedule of the
-chunk loop: 8.6-9.5 bundles per 1024 elements on v5e, v5p and v6e (see
-``tools/bench/mx_cast_tpu.py``).
+chunk loop: 6-9 bundles per 1024 elements on v5e, v5p and v6e, 29 on v4 (two vector ALUs, and no
+float8 instruction); ``tools/bench/mx_cast_tpu.py`` reads it.
 
 The arithmetic is ``_formulation.py``'s: ``scale_code`` of the block maximum and
 ``scale_factors``/``scaled_values`` for the data. Where the kernel departs from the formulation,
@@ -175,7 +176,7 @@ def _kernel(x_ref, data_ref, scale_ref, codes_ref, *, block_size: int, rounding:
         for span_index in range(-(-tile_lanes // span)):
             first = span_index * span
             chunks = max(0, min(span, full_chunks * LANES - first) // LANES)
-            step = unroll if chunks % unroll == 0 else 1
+            step = next(d for d in range(min(unroll, max(chunks, 1)), 0, -1) if chunks % d == 0)
 
             def body(i, carry, first=first, step=step):
                 for k in range(step):
@@ -203,9 +204,10 @@ def _kernel(x_ref, data_ref, scale_ref, codes_ref, *, block_size: int, rounding:
     _loop(tile_leading, per_leading, 0)
 
 
-UNROLL = 4
-"""Chunks per loop iteration: enough independent work for libtpu's scheduler to overlap one
-chunk's transposes with another's arithmetic (v5e: 15.8 bundles per register with 1, 9.5 with 4)."""
+UNROLL = 8
+"""Chunks per loop iteration, at most: independent work for libtpu's scheduler to overlap one
+chunk's transposes with another's arithmetic. Static schedule on v5e, bundles per 1024 elements:
+16.0 with 1, 10.2 with 2, 8.6 with 4, 7.1 with 8, 6.4 with 16 (at twice the compile time of 8)."""
 
 
 def cast_3d(x, block_size: int, rounding: str, tiles: Tiles, interpret: bool = False):
