@@ -13,6 +13,9 @@ import torch
 import xlabridge
 from tests import models
 from tests.conftest import requires_cuda, requires_xla
+from xlabridge import _forward_only, _optional
+from xlabridge._compile_path import PathKind
+from xlabridge.diagnostics import diagnose
 from xlabridge.errors import DeviceMismatchError, MissingDependencyError
 
 REAL_MODELS = ["gpt2", "bert", "llama", "t5", "resnet18"]
@@ -103,7 +106,8 @@ def test_training_step_is_bitwise_equal_to_openxla(name, xla_device):
         _assert_bitwise_equal(actual[key], expected[key], f"{name} {key}")
 
 
-def test_cpu_graphs_go_to_inductor():
+@pytest.mark.skipif(_optional.is_available("torch_xla"), reason="with torch_xla, CPU-only graphs take openxla's way")
+def test_cpu_graphs_go_to_inductor_without_torch_xla():
     from torch._dynamo.utils import counters
 
     counters.clear()
@@ -114,6 +118,22 @@ def test_cpu_graphs_go_to_inductor():
     x, y = torch.randn(16, 8), torch.randn(8, 4)
     torch.testing.assert_close(xlabridge.compile(fn)(x, y), fn(x, y))
     assert counters["inductor"], "inductor did not compile the CPU graph"
+
+
+@requires_xla
+def test_cpu_graphs_compile_like_openxla_where_torch_xla_is_installed():
+    from torch._dynamo.utils import counters
+
+    def fn(x, y):
+        return torch.relu(x @ y) + 1
+
+    x, y = torch.randn(16, 8), torch.randn(8, 4)
+    expected = torch.compile(fn, backend="openxla")(x, y)
+    torch._dynamo.reset()
+    counters.clear()
+    actual = xlabridge.compile(fn)(x, y)
+    _assert_bitwise_equal(actual, expected, "output")
+    assert not counters["inductor"], "a CPU graph went to inductor on a machine with torch_xla"
 
 
 @requires_cuda
@@ -206,3 +226,85 @@ def test_compile_rejects_a_non_callable_and_another_backend():
         xlabridge.compile(3)
     with pytest.raises(TypeError, match="'backend' is always 'xlabridge'"):
         xlabridge.compile(torch.nn.Linear(2, 2), backend="inductor")
+
+
+# The forward-only path gives openxla's transfers, executions and RNG stream, not only its
+# outputs (issue 12's repros), each measured with torch_xla's own metrics for both backends.
+
+
+def _adds_arange(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + torch.arange(x.shape[-1]).to(x.device)
+
+
+def _steady_call(backend: str, device: torch.device) -> tuple[torch.Tensor, dict[str, int]]:
+    """Metric deltas of one steady no-grad call (after three warm calls)."""
+    import torch_xla
+    import torch_xla.debug.metrics as met
+
+    torch._dynamo.reset()
+    fn = torch.compile(_adds_arange, backend=backend)
+    x = torch.linspace(-1, 1, 32, device=device).reshape(4, 8)
+    torch_xla.sync()
+    with torch.no_grad():
+        for _ in range(3):
+            fn(x)
+            torch_xla.sync()
+        met.clear_all()
+        out = fn(x)
+        torch_xla.sync()
+    counts = {
+        name: (met.metric_data(name) or (0,))[0]
+        for name in ("TransferToDeviceTime", "TransferFromDeviceTime", "RunCachedGraphOutputData")
+    }
+    return out.cpu(), counts
+
+
+@requires_xla
+def test_a_cpu_constructor_costs_no_transfer_per_call_as_with_openxla(xla_device) -> None:
+    expected, expected_counts = _steady_call("openxla", xla_device)
+    with diagnose() as report:
+        actual, actual_counts = _steady_call("xlabridge", xla_device)
+    assert [g.path for g in report.dynamo_graphs] == [PathKind.FORWARD_ONLY]
+    assert torch.equal(actual, expected)
+    assert actual_counts == expected_counts
+    assert expected_counts == {"TransferToDeviceTime": 0, "TransferFromDeviceTime": 0, "RunCachedGraphOutputData": 1}
+
+
+@requires_xla
+def test_the_rng_stream_after_a_compiled_call_is_openxla_s(xla_device) -> None:
+    import torch_xla
+
+    def draw(backend: str) -> torch.Tensor:
+        torch._dynamo.reset()
+        torch_xla.manual_seed(123)
+        with torch.no_grad():
+            moved = torch.compile(lambda d: torch.arange(5, device="cpu").to(d), backend=backend)(xla_device)
+        return torch.cat([moved.float(), torch.rand(3, device=xla_device)]).cpu()
+
+    assert torch.equal(draw("xlabridge"), draw("openxla"))
+
+
+def test_the_aten_graph_keeps_each_node_s_source_line() -> None:
+    import inspect
+
+    traced = []
+
+    def backend(gm, example_inputs):
+        traced.append(_forward_only.aten_graph(gm, example_inputs))
+        return gm.forward
+
+    torch.compile(_adds_arange, backend=backend)(torch.randn(4, 8))
+    ops = [n for n in traced[0].graph.nodes if n.op == "call_function"]
+    assert ops and all(str(n.target).startswith("aten.") for n in ops), [n.target for n in ops]
+    assert all("val" in n.meta for n in ops)
+    line = inspect.getsourcelines(_adds_arange)[1] + 1
+    assert all(f'{__file__}", line {line}' in n.meta.get("stack_trace", "") for n in ops)
+
+
+@requires_xla
+@pytest.mark.parametrize("shape", [(4, 8), (2, 3, 5)])
+def test_outputs_match_eager_on_fake_traced_graphs(shape, xla_device) -> None:
+    x = torch.randn(*shape, device=xla_device)
+    with torch.no_grad():
+        out = torch.compile(_adds_arange, backend="xlabridge")(x)
+    torch.testing.assert_close(out.cpu(), _adds_arange(x.cpu()))

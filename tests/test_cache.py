@@ -55,7 +55,7 @@ _COMPILE_AND_RUN = """
         out = xlabridge.compile(model{kwargs})(x)
     torch.testing.assert_close(out.cpu(), model(x).cpu())
     print(json.dumps({{"status": cache.status(), "warnings": [str(w.message) for w in caught
-        if w.category is cache.CacheWarning], "report_warnings": report.warnings}}))
+        if w.category is cache.CacheWarning], "report_findings": [f.message for f in report.findings]}}))
 """
 
 
@@ -69,7 +69,7 @@ def test_on_pjrt_cpu_the_cache_is_off_and_says_why(tmp_path):
     installed = metadata.version("torch_xla")  # the rule holds on 2.8.1 and 2.9.0, checked below
     assert f"PJRT CPU cannot deserialize executables in torch_xla {installed}" in seen["status"]["reason"]
     assert len(seen["warnings"]) == 1 and "PJRT CPU cannot deserialize" in seen["warnings"][0]
-    assert any("PJRT CPU cannot deserialize" in w for w in seen["report_warnings"])
+    assert any("PJRT CPU cannot deserialize" in w for w in seen["report_findings"])
     assert list(tmp_path.iterdir()) == [], "entries were written that no process can load"
 
 

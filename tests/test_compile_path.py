@@ -22,7 +22,7 @@ from xlabridge.diagnostics import diagnose
 
 pytestmark = requires_xla
 
-FORWARD, AOT = _compile_path.FORWARD_ONLY, _compile_path.AOT_AUTOGRAD
+FORWARD, AOT = _compile_path.PathKind.FORWARD_ONLY, _compile_path.PathKind.AOT_AUTOGRAD
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -224,10 +224,25 @@ def test_gpt2_inference_is_forward_only_and_matches_openxla(xla_device):
     expected, _, _ = _run(call, make, "openxla", False)
     actual, _, report = _run(call, make, "xlabridge", False)
     _assert_bitwise_equal(actual, expected, "logits")
-    assert report.dynamo_graphs and all(g.path == FORWARD for g in report.dynamo_graphs), report.dynamo_graphs
+    # torch 2.8 breaks GPT-2 (transformers' cache set-up) into three graphs, one of which returns
+    # input_ids itself: that graph takes AOTAutograd by the alias rule; torch 2.9 captures one graph
+    assert report.dynamo_graphs and all(
+        g.path == FORWARD or (g.path == AOT and "aliases input" in g.path_reason) for g in report.dynamo_graphs
+    ), report.dynamo_graphs
+    assert max(g.op_count for g in report.dynamo_graphs if g.path == FORWARD) > 50  # the transformer itself
 
 
-def test_cpu_graphs_are_reported_as_inductor():
+def test_cpu_only_graphs_take_openxla_s_way_and_are_a_finding(xla_device):
+    """On a machine with torch_xla, a graph with every tensor on the CPU compiles as openxla
+    would (usually a model not moved to the device), and the report says so."""
+    x = torch.randn(4)
+    expected = torch.compile(lambda t: t.sin() + 1, backend="openxla")(x)
+    torch._dynamo.reset()
     with diagnose() as report:
-        torch.compile(lambda x: x.sin() + 1, backend="xlabridge")(torch.randn(4))
-    assert [(g.path, g.path_reason) for g in report.dynamo_graphs] == [("inductor", "no tensor on an XLA device")]
+        actual = torch.compile(lambda t: t.sin() + 1, backend="xlabridge")(x)
+    _assert_bitwise_equal(actual, expected, "output")
+    assert actual.device.type == "cpu"
+    ((path, reason),) = [(g.path, g.path_reason) for g in report.dynamo_graphs]
+    assert path in (FORWARD, AOT)
+    (finding,) = [f for f in report.findings if f.kind == "cpu-only-graph"]
+    assert "not on the XLA device" in finding.message

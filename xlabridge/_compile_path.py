@@ -2,8 +2,9 @@
 
 ``openxla`` sends every graph through AOTAutograd, which traces it again to aten ops,
 functionalizes it and prepares a backward, before torch_xla compiles the forward. When no
-gradient can be needed, compiling Dynamo's graph directly (``openxla_eval``'s path) gives
-the same results for less work. "Same results" is the contract, so the decision is
+gradient can be needed, tracing Dynamo's graph to aten ops alone and handing that to the
+bridge (``xlabridge._forward_only``, then ``openxla_eval``'s path) gives the same results,
+transfers and XLA graphs for less work. "Same results" is the contract, so the decision is
 conservative: the forward-only path is taken only when the graph
 
 * cannot need a gradient: grad mode is off at compile time (Dynamo guards on it, so the
@@ -27,6 +28,7 @@ pass over the graph's nodes: the decision costs microseconds per node, once per 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -37,8 +39,16 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from xlabridge._placement import tensors_in
 
-FORWARD_ONLY = "forward-only"
-AOT_AUTOGRAD = "aot-autograd"
+
+class PathKind(str, enum.Enum):
+    """How the backend compiles one graph."""
+
+    FORWARD_ONLY = "forward-only"
+    """Traced to aten ops and handed to torch_xla's bridge directly (``xlabridge._forward_only``)."""
+    AOT_AUTOGRAD = "aot-autograd"
+    """Through AOTAutograd, as ``openxla`` compiles every graph."""
+    INDUCTOR = "inductor"
+    """Not an XLA graph: inductor compiles it."""
 
 _GRAD_MODE_SWITCHES = frozenset({torch._C._set_grad_enabled, torch.set_grad_enabled})
 
@@ -88,7 +98,7 @@ _IN_PLACE_DUNDERS = frozenset(
 class CompilePath:
     """The path chosen for one graph and why, in a few words for the diagnostics report."""
 
-    name: str
+    name: PathKind
     reason: str
 
 
@@ -193,30 +203,30 @@ def choose(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompilePa
     try:
         return _choose(gm, example_inputs)
     except Exception as error:  # an unexpected graph must not fail compilation: be conservative
-        return CompilePath(AOT_AUTOGRAD, f"graph not analysable ({type(error).__name__})")
+        return CompilePath(PathKind.AOT_AUTOGRAD, f"graph not analysable ({type(error).__name__})")
 
 
 def _choose(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompilePath:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if any(not isinstance(x, torch.Tensor) for x in example_inputs):
-        return CompilePath(AOT_AUTOGRAD, "graph takes symbolic sizes or non-tensor inputs")
+        return CompilePath(PathKind.AOT_AUTOGRAD, "graph takes symbolic sizes or non-tensor inputs")
     grad_enabled = torch.is_grad_enabled()
     if grad_enabled:
         needing = next((n.name for n, x in zip(placeholders, example_inputs) if x.requires_grad), None)
         if needing is not None:
-            return CompilePath(AOT_AUTOGRAD, f"grad mode on and input {needing} requires grad")
+            return CompilePath(PathKind.AOT_AUTOGRAD, f"grad mode on and input {needing} requires grad")
     for node in placeholders:
         example = _example(node)
         if isinstance(example, torch.Tensor) and example._version > 0:
-            return CompilePath(AOT_AUTOGRAD, f"mutates input {node.name}")
+            return CompilePath(PathKind.AOT_AUTOGRAD, f"mutates input {node.name}")
     for node in gm.graph.nodes:
         reason = _node_reason(node)
         if reason is not None:
-            return CompilePath(AOT_AUTOGRAD, reason)
+            return CompilePath(PathKind.AOT_AUTOGRAD, reason)
     outputs = [n for n in _output_nodes(gm) if isinstance(n, torch.fx.Node)]
     if any(t.requires_grad for n in outputs for t in tensors_in(_example(n))):
-        return CompilePath(AOT_AUTOGRAD, "an output requires grad")
+        return CompilePath(PathKind.AOT_AUTOGRAD, "an output requires grad")
     alias = _alias_reason(placeholders, outputs)
     if alias is not None:
-        return CompilePath(AOT_AUTOGRAD, alias)
-    return CompilePath(FORWARD_ONLY, "no grad mode" if not grad_enabled else "no input requires grad")
+        return CompilePath(PathKind.AOT_AUTOGRAD, alias)
+    return CompilePath(PathKind.FORWARD_ONLY, "no grad mode" if not grad_enabled else "no input requires grad")

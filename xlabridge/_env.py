@@ -9,12 +9,15 @@ reads or sets them.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 # xlabridge's own
 CACHE_DIR = "XLABRIDGE_CACHE_DIR"
 """Directory of the persistent XLA compilation cache (``xlabridge.cache``)."""
 REPORT_DIR = "XLABRIDGE_REPORT_DIR"
-"""Set by ``xlabridge report`` for the processes it runs: where each writes its observations."""
+"""Set by ``xlabridge report`` for the processes it runs: where each writes its event log."""
+CAPTURE_HLO = "XLABRIDGE_CAPTURE_HLO"
+"""``1``, set by ``xlabridge report --capture-hlo``: each process saves its XLA graphs' HLO protos."""
 AUTOCAST_BACKEND = "XLABRIDGE_AUTOCAST_BACKEND"
 """``auto`` | ``cpp`` | ``python``: how autocast kernels are registered (``xlabridge.autocast``)."""
 AUTOCAST_BUILD_DIR = "XLABRIDGE_AUTOCAST_BUILD_DIR"
@@ -63,3 +66,8 @@ XLA_DUMP_POST_OPTIMIZATIONS = "XLA_DUMP_POST_OPTIMIZATIONS"
 def get(name: str, default: str | None = None) -> str | None:
     """The value of environment variable ``name`` (one of the names above), or ``default``."""
     return os.environ.get(name, default)
+
+
+def cache_home() -> Path:
+    """``$XDG_CACHE_HOME``, else ``~/.cache``: the base of xlabridge's per-user caches."""
+    return Path(get(XDG_CACHE_HOME) or Path.home() / ".cache")

@@ -2,7 +2,10 @@
 
 A graph runs on XLA when any tensor in it lives on an XLA device, as an input or created
 inside it. Graphs that also hold CPU tensors go to XLA as well: openxla accepts them, and
-xlabridge must accept whatever openxla does.
+xlabridge must accept whatever openxla does. A graph whose tensors are all on the CPU goes
+to XLA too where torch_xla is installed, as openxla would take it: on an XLA machine that is
+usually a model or input not moved to the device, which the diagnostics then report; without
+torch_xla it goes to inductor. Graphs with CUDA tensors go to inductor.
 """
 
 from __future__ import annotations
@@ -14,10 +17,23 @@ from typing import Any
 
 import torch
 
+from xlabridge import _optional
+
 
 class Target(enum.Enum):
     XLA = "xla"
     NATIVE = "native"
+
+
+class Placement(enum.Enum):
+    """Where a graph's tensors live."""
+
+    XLA = "xla"
+    """At least one tensor on an XLA device."""
+    CPU_ONLY = "cpu-only"
+    """Every tensor on the CPU."""
+    OTHER = "other"
+    """A tensor on another device (CUDA...), none on XLA."""
 
 
 def tensors_in(value: Any) -> Iterable[torch.Tensor]:
@@ -69,8 +85,8 @@ def describe_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     return listed + (f" (and {len(inputs) - 3} more)" if len(inputs) > 3 else "")
 
 
-def resolve_target(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Target:
-    """Where ``gm`` runs: XLA if any tensor of it, input or intermediate, is on an XLA device."""
+def placement(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Placement:
+    """Where ``gm``'s tensors, inputs and intermediates, live."""
     tensors = [t for value in example_inputs for t in tensors_in(value)]
     tensors += [
         t
@@ -78,4 +94,15 @@ def resolve_target(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> T
         if node.op != "placeholder"
         for t in tensors_in(node.meta.get("example_value"))
     ]
-    return Target.XLA if any(t.device.type == "xla" for t in tensors) else Target.NATIVE
+    devices = {t.device.type for t in tensors}
+    if "xla" in devices:
+        return Placement.XLA
+    return Placement.CPU_ONLY if devices <= {"cpu"} else Placement.OTHER
+
+
+def resolve_target(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[Target, Placement]:
+    """Where ``gm`` runs, and where its tensors are (see the module's rule)."""
+    where = placement(gm, example_inputs)
+    if where is Placement.XLA or (where is Placement.CPU_ONLY and _optional.is_available("torch_xla")):
+        return Target.XLA, where
+    return Target.NATIVE, where

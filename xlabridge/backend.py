@@ -2,40 +2,46 @@
 
 ``torch.compile(model, backend="xlabridge")`` works once xlabridge is installed: torch finds
 the backend through the ``torch_dynamo_backends`` entry point group, without an import.
-Graphs whose tensors live on an XLA device compile through torch_xla's Dynamo bridge, with
-the results of ``backend="openxla"``: forward-only (``openxla_eval``'s path, no AOTAutograd)
-when ``_compile_path.choose`` finds no gradient can be needed and nothing would differ, through
-AOTAutograd (``openxla`` itself) otherwise. Any other graph goes to inductor, so the same
-script also runs on a GPU or CPU machine that has no torch_xla. The path and its reason go to
-every active diagnostics report; the persistent cache (``xlabridge.cache``) is configured
+Graphs with a tensor on an XLA device compile through torch_xla's Dynamo bridge, with the
+results, transfers and XLA graphs of ``backend="openxla"``: forward-only (traced to aten ops,
+then ``openxla_eval``'s path, no AOTAutograd) when ``_compile_path.choose`` finds no gradient
+can be needed and nothing would differ, through AOTAutograd (``openxla`` itself) otherwise.
+Graphs whose tensors are all on the CPU take the same way where torch_xla is installed, as
+``openxla`` would take them (the diagnostics report them: usually a model not moved to the
+device); graphs on CUDA, or anywhere without torch_xla, go to inductor, so the same script also
+runs on a GPU or CPU machine. Each graph, and the path chosen with its reason, goes to the
+diagnostics (``xlabridge.diagnostics.record_graph`` / ``record_compile_path``, which do nothing
+unless a report is being collected); the persistent cache (``xlabridge.cache``) is configured
 before the first XLA graph compiles.
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from xlabridge import _compile_path, _optional, cache
+from xlabridge import _compile_path, _forward_only, _optional, cache, diagnostics
+from xlabridge._compile_path import PathKind
 from xlabridge._options import BackendOptions
-from xlabridge._placement import Target, describe_inputs, resolve_target
-from xlabridge.diagnostics import _hooks
+from xlabridge._placement import Placement, Target, describe_inputs, resolve_target
 from xlabridge.errors import DeviceMismatchError
 
-INDUCTOR = "inductor"
+BACKEND_NAME = "xlabridge"
+
+logger = logging.getLogger(__name__)
 
 
 def _configure_cache(cache_dir: Any) -> None:
-    """Configure the persistent cache (first time only); a cache not in effect is a report warning."""
-    status = cache.configure(cache_dir) if cache_dir is not None else cache.configure_from_environment()
-    if status is None or status["state"] == "enabled":
-        return
-    _hooks.add_report_warning(
-        f"xlabridge persistent cache at {status['directory']}: {status['state']}: {status['reason']}"
-    )
+    """Configure the persistent cache (first time only); ``cache`` warns when it is not in effect
+    and the report's environment records its state."""
+    if cache_dir is not None:
+        cache.configure(cache_dir)
+    else:
+        cache.configure_from_environment()
 
 
 def _enable_autocast_parity(gm: torch.fx.GraphModule) -> None:
@@ -60,13 +66,16 @@ def _enable_autocast_parity(gm: torch.fx.GraphModule) -> None:
         )
 
 
-def _compile_for_xla(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+def _compile_for_xla(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], where: Placement) -> Callable:
     from torch._dynamo.backends import torchxla
 
     path = _compile_path.choose(gm, example_inputs)
-    _hooks.record_compile_path(path.name, path.reason)
-    if path.name == _compile_path.FORWARD_ONLY:
-        return torchxla.openxla_eval(gm, example_inputs)
+    logger.debug("XLA graph (%s): %s, %s", where.value, path.name.value, path.reason)
+    diagnostics.record_compile_path(
+        target=Target.XLA.value, path=path.name.value, reason=path.reason, cpu_only=where is Placement.CPU_ONLY
+    )
+    if path.name is PathKind.FORWARD_ONLY:
+        return torchxla.openxla_eval(_forward_only.aten_graph(gm, example_inputs), example_inputs)
     return torchxla.openxla(gm, example_inputs)
 
 
@@ -83,7 +92,7 @@ def xlabridge_backend(
     options: dict[str, Any] | None = None,
     mode: str | None = None,
 ) -> Callable:
-    """Compile one Dynamo graph: through torch_xla's bridge on XLA devices, inductor elsewhere.
+    """Compile one Dynamo graph: through torch_xla's bridge for XLA, inductor elsewhere.
 
     ``options`` are xlabridge's own (see ``BackendOptions``); ``mode`` is accepted for
     ``torch.compile``'s sake and not used: the XLA path has no modes, and inductor's are
@@ -91,18 +100,23 @@ def xlabridge_backend(
     """
     del mode
     settings = BackendOptions.from_mapping(options)
+    diagnostics.record_graph(gm, backend=BACKEND_NAME)
     if settings.device == "xla":
         _optional.require("torch_xla", "xlabridge backend option device='xla'")
-    target = resolve_target(gm, example_inputs)
-    if target is Target.XLA:
-        _configure_cache(settings.cache_dir)
-        if settings.autocast_parity:
-            _enable_autocast_parity(gm)
-        return _compile_for_xla(gm, example_inputs)
-    if settings.device == "xla":
+    target, where = resolve_target(gm, example_inputs)
+    if settings.device == "xla" and where is not Placement.XLA:
         raise DeviceMismatchError(
             f"xlabridge: device='xla' was requested, but {describe_inputs(gm, example_inputs)}. "
             f"Move the model and its inputs to the XLA device with .to(torch_xla.device())."
         )
-    _hooks.record_compile_path(INDUCTOR, "no tensor on an XLA device")
+    if target is Target.XLA:
+        _configure_cache(settings.cache_dir)
+        if settings.autocast_parity:
+            _enable_autocast_parity(gm)
+        return _compile_for_xla(gm, example_inputs, where)
+    logger.debug("native graph (%s): inductor", where.value)
+    diagnostics.record_compile_path(
+        target=Target.NATIVE.value, path=PathKind.INDUCTOR.value,
+        reason="no tensor on an XLA device" if where is Placement.OTHER else "all tensors on the CPU and no torch_xla",
+    )
     return _compile_with_inductor(gm, example_inputs)

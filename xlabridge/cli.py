@@ -1,8 +1,12 @@
 """The ``xlabridge`` command.
 
-  xlabridge report [--json FILE] [--html FILE] [--cache-dir DIR] -- python train.py ARGS...
-      run an unmodified script and report its graph breaks, HLO lowering breaks and
-      recompilations; the report is written when the script exits, also when it raises.
+  xlabridge report [--json FILE] [--html FILE] [--events DIR] [--capture-hlo] [--cache-dir DIR] -- python train.py ARGS...
+      run an unmodified script and report its graph breaks, HLO lowering breaks, recompilations
+      and where its time went; every Python process of the command writes an event log when
+      it exits (also when it raises), and the report merges them (process ids kept apart).
+
+  xlabridge report --read DIR [--json FILE] [--html FILE]
+      rebuild the report from event logs kept with ``--events`` (a newer xlabridge re-reads them).
 
   xlabridge compare [--steps N] [--warmup N] [--backend B] [--json FILE] FILE.py[:FUNCTION]
       run one step lazily and compiled, side by side: FUNCTION (default ``make_step``) in
@@ -31,42 +35,25 @@ def _bootstrap_dir() -> str:
 
 
 def _merged_report(directory: Path):
+    from xlabridge.diagnostics import events
     from xlabridge.diagnostics.report import Report
 
-    report = Report()
-    paths = sorted(directory.glob("report-*.json"), key=lambda p: p.stat().st_mtime)
-    for path in paths:
-        part = Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        if not report.environment:
-            report.environment = part.environment
-        report.merge(part)
-    if not paths:
+    logs = sorted(directory.glob("events-*.jsonl"))
+    merged: list = []
+    skipped = 0
+    for path in logs:
+        contents = events.read_log(path)
+        merged += contents.events
+        skipped += contents.skipped
+    report = Report.from_events(merged)
+    if not logs:
         report.warnings.append("no Python process of the command reported: is it a Python program?")
+    if skipped:
+        report.warnings.append(f"{skipped} events of types this xlabridge does not know were skipped")
     return report
 
 
-def _report(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise SystemExit("xlabridge report: give the command to run after '--', e.g. -- python train.py")
-    with tempfile.TemporaryDirectory(prefix="xlabridge-report-") as directory:
-        env = dict(os.environ)
-        env[_env.REPORT_DIR] = directory
-        if args.cache_dir:
-            from xlabridge import cache
-
-            try:
-                env[cache.ENV_VAR] = str(cache.validate_cache_dir(args.cache_dir))
-            except (TypeError, ValueError) as error:
-                raise SystemExit(f"xlabridge report: {error}") from None
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_bootstrap_dir(), env.get("PYTHONPATH")) if p)
-        try:
-            returncode = subprocess.call(command, env=env)
-        except FileNotFoundError:
-            raise SystemExit(f"xlabridge report: command not found: {command[0]!r}") from None
-        report = _merged_report(Path(directory))
+def _write_outputs(report, args: argparse.Namespace) -> None:
     print(report)
     if args.json:
         report.to_json(args.json)
@@ -74,6 +61,47 @@ def _report(args: argparse.Namespace) -> int:
     if args.html:
         report.to_html(args.html)
         print(f"xlabridge: HTML report written to {args.html}")
+
+
+def _report(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if args.read:
+        if command:
+            raise SystemExit("xlabridge report: give either --read DIR or a command after '--', not both")
+        directory = Path(args.read)
+        if not directory.is_dir():
+            raise SystemExit(f"xlabridge report: --read {str(directory)!r} is not a directory of event logs")
+        _write_outputs(_merged_report(directory), args)
+        return 0
+    if not command:
+        raise SystemExit("xlabridge report: give the command to run after '--', e.g. -- python train.py")
+    if args.capture_hlo and not args.events:
+        raise SystemExit("xlabridge report: --capture-hlo needs --events DIR (the HLO files are kept beside the logs)")
+    with tempfile.TemporaryDirectory(prefix="xlabridge-report-") as scratch:
+        directory = Path(args.events) if args.events else Path(scratch)
+        directory.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env[_env.REPORT_DIR] = str(directory.resolve())
+        if args.capture_hlo:
+            env[_env.CAPTURE_HLO] = "1"
+        if args.cache_dir:
+            from xlabridge import cache
+
+            try:
+                env[cache.ENV_VAR] = str(cache.validate_cache_dir(args.cache_dir))
+            except (TypeError, ValueError) as error:
+                raise SystemExit(f"xlabridge report: {error}") from None
+        env[_env.PYTHONPATH] = os.pathsep.join(p for p in (_bootstrap_dir(), env.get(_env.PYTHONPATH)) if p)
+        try:
+            returncode = subprocess.call(command, env=env)
+        except FileNotFoundError:
+            raise SystemExit(f"xlabridge report: command not found: {command[0]!r}") from None
+        report = _merged_report(directory)
+    _write_outputs(report, args)
+    if args.events:
+        print(f"xlabridge: event logs kept in {args.events} (xlabridge report --read {args.events})")
     if returncode:
         print(f"xlabridge: the command exited with status {returncode}", file=sys.stderr)
     return returncode
@@ -86,6 +114,9 @@ def _load_step(target: str) -> tuple:
     function = function or "make_step"
     if not Path(path).is_file():
         raise SystemExit(f"xlabridge compare: FILE {path!r} is not a file (expected FILE.py[:FUNCTION])")
+    from xlabridge.diagnostics import _frames
+
+    _frames.set_program(path)  # the target is the program being reported on, not this command
     spec = importlib.util.spec_from_file_location("_xlabridge_compare_target", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -125,8 +156,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xlabridge", description="See why torch.compile on XLA is slow.")
     commands = parser.add_subparsers(dest="subcommand", required=True)
     report = commands.add_parser("report", help="report on an unmodified script: xlabridge report -- python train.py")
-    report.add_argument("--json", metavar="FILE", help="also write the report as JSON (schema xlabridge.report/1)")
+    report.add_argument("--json", metavar="FILE", help="also write the report as JSON (schema xlabridge.report/2)")
     report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with pictures")
+    report.add_argument("--events", metavar="DIR", help="keep each process's event log (events-<pid>.jsonl) in DIR")
+    report.add_argument("--capture-hlo", action="store_true", help="save each XLA graph's HLO proto beside the logs")
+    report.add_argument("--read", metavar="DIR", help="rebuild the report from the event logs in DIR, run nothing")
     report.add_argument(
         "--cache-dir", metavar="DIR", help="persistent XLA compilation cache for the command (sets XLABRIDGE_CACHE_DIR)"
     )

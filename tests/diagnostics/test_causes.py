@@ -2,7 +2,14 @@
 
 import pytest
 
-from xlabridge.diagnostics.causes import DYNAMO_CAUSES, HLO_CAUSES, classify_dynamo_break, classify_hlo_break
+from xlabridge.diagnostics.causes import (
+    DYNAMO_CAUSES,
+    HLO_CAUSES,
+    RECOMPILE_CAUSES,
+    classify_dynamo_break,
+    classify_hlo_break,
+    classify_recompile,
+)
 
 
 @pytest.mark.parametrize(
@@ -38,7 +45,23 @@ def test_hlo_ops_are_classified(op, fell_back, category, hint):
     assert hint in cause.suggestion
 
 
-@pytest.mark.parametrize("table", [DYNAMO_CAUSES, HLO_CAUSES])
+@pytest.mark.parametrize(
+    ("reason", "category"),
+    [
+        ("0/0: ", "another-backend"),
+        ("3/1:", "another-backend"),
+        ("0/0: tensor 'x' size mismatch at index 0. expected 4, actual 8", "shape-change"),
+        ("1/0: ___stack0 == 4.240228176116943", "value-specialisation"),
+        ("0/0: tensor 'x' requires_grad mismatch. expected requires_grad=1", "tensor-property"),
+        ("0/0: GLOBAL_STATE changed: grad_mode ", "global-state"),
+        ("Unable to find recompilation reasons", "other"),
+    ],
+)
+def test_recompile_reasons_are_classified(reason, category):
+    assert classify_recompile(reason).category == category
+
+
+@pytest.mark.parametrize("table", [DYNAMO_CAUSES, HLO_CAUSES, RECOMPILE_CAUSES])
 def test_every_table_ends_in_a_catch_all_and_every_row_has_a_fix(table):
     assert table[-1].pattern == "."
     assert all(cause.suggestion.strip() and cause.category for cause in table)

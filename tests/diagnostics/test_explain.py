@@ -15,7 +15,7 @@ import xlabridge
 import xlabridge.diagnostics as xd
 from tests import models
 from tests.conftest import requires_xla
-from xlabridge.diagnostics import _collector
+from xlabridge.diagnostics._probes import xla_bridge
 from xlabridge.errors import DiagnosticsWarning
 
 pytestmark = requires_xla
@@ -177,7 +177,7 @@ def test_a_failure_in_collection_warns_once_and_the_model_still_runs(xla_device,
     def broken(*args, **kwargs):
         raise RuntimeError("simulated bookkeeping bug")
 
-    monkeypatch.setattr(_collector.Collector, "record_extraction", broken)
+    monkeypatch.setattr(xla_bridge, "_segments", broken)
     x = torch.randn(64, device=xla_device)
     expected = torch.compile(calls_exp2, backend="openxla")(x).cpu()
     torch._dynamo.reset()
@@ -185,8 +185,9 @@ def test_a_failure_in_collection_warns_once_and_the_model_still_runs(xla_device,
         warnings.simplefilter("always")
         report = xd.explain(calls_exp2)(x)
     messages = [str(w.message) for w in caught if issubclass(w.category, DiagnosticsWarning)]
-    assert len(messages) == 1 and "simulated bookkeeping bug" in messages[0]
+    assert len(messages) == 1 and "simulated bookkeeping bug" in messages[0] and "'xla.bridge'" in messages[0]
     assert report.warnings == messages
+    assert [(p.name, p.state) for p in report.probes if p.state != "ok"] == [("xla.bridge", "failed")]
     assert report.graph_count == 1
     torch._dynamo.reset()
     with xd.diagnose():
@@ -203,10 +204,88 @@ def test_real_models_match_torch_dynamo_explain(name, xla_device):
     expected = torch._dynamo.explain(model)(**batch)
     report = xd.explain(model)(**batch)
     assert report.graph_count == expected.graph_count
-    assert report.break_count == len(expected.break_reasons)
+    assert [g.op_count for g in report.dynamo_graphs] == [len(ops) for ops in expected.ops_per_graph]
+    assert [b.reason for b in report.dynamo_breaks] == [
+        r.reason.strip().splitlines()[0] for r in expected.break_reasons
+    ]
     framework_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, xlabridge))
     for dynamo_break in report.dynamo_breaks:
         assert not os.path.realpath(dynamo_break.filename).startswith(framework_dirs), dynamo_break.filename
         assert dynamo_break.lineno > 0
     assert report.xla_graphs and all(g.xla_graphs >= 1 for g in report.xla_graphs)
     assert sum(g.fx_ops for g in report.xla_graphs) > 0
+    assert all(p.state == "ok" for p in report.probes), report.probes
+
+
+def index_with_cpu_index(xt, i):
+    return xt[i]  # HOST
+
+
+def to_host(t):
+    return t.cpu()  # HOST
+
+
+def method_exp2(t):
+    return t.exp2().cos()  # HOST
+
+
+HLO_CASES = [
+    (index_with_cpu_index, "aten::index", "host-tensor"),
+    (to_host, "aten::_to_copy", "host-tensor"),
+    (method_exp2, "aten::exp2", "cpu-fallback"),
+]
+
+
+@pytest.mark.parametrize(("fn", "op", "category"), HLO_CASES, ids=[c[0].__name__ for c in HLO_CASES])
+def test_hlo_breaks_of_forward_only_graphs_are_openxla_s(fn, op, category, xla_device):
+    """The forward-only path lists the same HLO lowering breaks as openxla: indexing with a CPU
+    index, ``.cpu()``, method calls (issue 12, bug 2)."""
+    args = (torch.randn(6, 4, device=xla_device), torch.tensor([0, 2])) if fn is index_with_cpu_index else (
+        torch.randn(5, device=xla_device),)
+    seen = {}
+    for backend in ("openxla", "xlabridge"):
+        torch._dynamo.reset()
+        with torch.no_grad(), xd.diagnose() as report:
+            torch.compile(fn, backend=backend)(*args)
+        seen[backend] = [(b.op, b.category, b.filename, b.lineno) for b in report.hlo_breaks]
+        if backend == "xlabridge":
+            assert [g.path for g in report.dynamo_graphs] == ["forward-only"]
+    assert seen["xlabridge"] == seen["openxla"] == [(op, category, __file__, _line_of(fn, "# HOST"))]
+
+
+def test_a_recompile_for_another_backend_carries_a_reason(xla_device):
+    def scaled(x):
+        return x * 2
+
+    x = torch.randn(4, device=xla_device)
+    torch.compile(scaled, backend="openxla")(x)
+    with xd.diagnose() as report:
+        torch.compile(scaled, backend="xlabridge")(x)
+    (recompile,) = report.recompiles
+    assert recompile.category == "another-backend" and "another backend" in recompile.reason
+    assert (recompile.filename, recompile.function) == (__file__, "scaled")
+
+
+def test_recompiles_of_a_compiled_module_are_located_at_the_user_s_call(xla_device):
+    """``torch.compile(nn.Sequential(...))`` compiles a wrapper in torch/_dynamo/external_utils.py;
+    the report locates its recompiles at the user's line that called the module (bug 3)."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).to(xla_device)
+    compiled = torch.compile(model, backend="openxla", dynamic=False)
+    with xd.diagnose() as report:
+        for rows in (2, 3, 5):
+            compiled(torch.randn(rows, 4, device=xla_device))  # CALL
+    line = _line_of(test_recompiles_of_a_compiled_module_are_located_at_the_user_s_call, "# CALL")
+    assert [(r.filename, r.lineno) for r in report.recompiles] == [(__file__, line)] * 2
+    assert all("size mismatch" in r.reason and r.category == "shape-change" for r in report.recompiles)
+    assert all("external_utils.py" in r.code for r in report.recompiles)
+    (group,) = report.recompile_groups
+    assert (group.count, group.filename, group.lineno) == (2, __file__, line)
+    assert "expected 2, actual 3" in group.first_reason and "expected 3, actual 5" in group.last_reason
+
+
+def test_a_graph_on_the_cpu_only_is_a_finding_for_openxla_too(xla_device):
+    with xd.diagnose() as report:
+        torch.compile(lambda t: t.sin() * 2, backend="openxla")(torch.randn(8))
+    (finding,) = report.findings
+    assert finding.kind == "cpu-only-graph" and finding.graph == 0
+    assert report.xla_graphs[0].xla_graphs == 0

@@ -112,20 +112,31 @@ def paired_worker(model_name: str, steps: int, *, observe: bool = True) -> dict:
 
 
 def _bookkeeping_us_per_call(calls: int = 20000) -> float:
-    """What ``MeteredCall`` adds to a steady compiled-graph call, timed alone."""
-    from xlabridge.diagnostics import _collector, _metrics
-    from xlabridge.diagnostics.report import XlaGraph
+    """What the xla.helper probe adds to a steady compiled-graph call (past the fully measured
+    ones: a clock, the compilation counter, a sum), timed around a graph that does nothing."""
+    from xlabridge.diagnostics import _recorder
+    from xlabridge.diagnostics._probes import xla_helper
 
-    collector = _collector.Collector()
-    collector.active = True
-    graph = XlaGraph(index=0, compile_id="", role="forward", fx_ops=0, xla_graphs=0)
-    live = [(collector, graph)]
-    start = time.perf_counter()
-    for _ in range(calls):
-        before = _metrics.MeteredCall._read(live, _metrics._uncached_compiles)
-        after = _metrics.MeteredCall._read(live, _metrics._uncached_compiles)
-        collector.safely(collector.record_call, graph, after - before, None, None)
-    return (time.perf_counter() - start) / calls * 1e6
+    def nothing(*args):
+        return None
+
+    recorder = _recorder.Recorder()
+    _recorder.attach(recorder)
+    try:
+        graph = xla_helper.ObservedGraph(nothing, None, ())
+        graph.calls = xla_helper.FULLY_MEASURED_CALLS
+        observed = graph.callable()
+        start = time.perf_counter()
+        for _ in range(calls):
+            observed()
+        observed_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(calls):
+            nothing()
+        plain_s = time.perf_counter() - start
+    finally:
+        _recorder.detach(recorder)
+    return (observed_s - plain_s) / calls * 1e6
 
 
 def run_worker(model_name: str, config: str, steps: int) -> dict:

@@ -1,13 +1,29 @@
-"""Why a compiled model is split: Dynamo graph breaks, HLO lowering breaks, recompilations.
+"""Why a compiled model is slow and split: Dynamo graph breaks, HLO lowering breaks,
+recompilations, and where the time goes.
+
+Probes (``_probes``, the only code touching torch/torch_xla internals) emit typed events
+(``events``); a ``Report`` is built from events only; views render it as text and HTML.
 
 ``explain(fn)(*args)`` runs ``fn`` once under the xlabridge backend and returns a ``Report``;
 ``with diagnose() as report:`` collects over a whole training loop compiled with
 ``backend="xlabridge"`` or ``backend="openxla"``; ``compare(step, *args)`` runs one step
 lazily and compiled, side by side, to tell which kind of break costs the time.
+``record_graph`` and ``record_compile_path`` are how a backend reports what it compiles.
 """
 
-from xlabridge.diagnostics._api import diagnose, explain
+from xlabridge.diagnostics import events
+from xlabridge.diagnostics._api import diagnose, explain, record_compile_path, record_graph
 from xlabridge.diagnostics.compare import Comparison, compare
 from xlabridge.diagnostics.report import SCHEMA, Report
 
-__all__ = ["SCHEMA", "Comparison", "Report", "compare", "diagnose", "explain"]
+__all__ = [
+    "SCHEMA",
+    "Comparison",
+    "Report",
+    "compare",
+    "diagnose",
+    "events",
+    "explain",
+    "record_compile_path",
+    "record_graph",
+]

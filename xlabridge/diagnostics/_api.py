@@ -1,34 +1,47 @@
-"""``explain`` and ``diagnose``: the two ways to collect a report from Python."""
+"""``explain``, ``diagnose`` and the backend's reporting functions: the diagnostics from Python."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-from xlabridge.diagnostics import _hooks
-from xlabridge.diagnostics._collector import Collector
+from xlabridge.diagnostics import _recorder, _session
+from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._probes import dynamo_graphs
 from xlabridge.diagnostics.report import Report
 
 
 @contextlib.contextmanager
-def diagnose() -> Iterator[Report]:
+def diagnose(*, log: str | os.PathLike[str] | None = None, capture_hlo: bool = False) -> Iterator[Report]:
     """Collect a report over the block: every graph Dynamo compiles inside it, whatever the
     backend, and for XLA graphs how torch_xla's bridge split them and what each call costs.
 
+    The yielded report is filled in when the block exits. ``log``: also write the block's
+    events there as JSON lines (``Report.from_events(events.read_log(log).events)`` rebuilds
+    the report); ``capture_hlo``: save each XLA graph's HLO module proto beside ``log``.
     Graphs compiled before the block (at their first call) are not observed: enter the block
-    before the first call of the compiled model. The report is complete when the block exits.
+    before the first call of the compiled model.
     """
-    collector = Collector()
-    _hooks.activate(collector)
+    if not isinstance(capture_hlo, bool):
+        raise TypeError(f"diagnose: 'capture_hlo' must be a bool, got {type(capture_hlo).__name__}")
+    recorder = _recorder.Recorder(log=log, capture_hlo=capture_hlo)
+    report = Report()
+    _session.start(recorder)
     try:
-        yield collector.report
+        yield report
     finally:
-        _hooks.deactivate(collector)
-        collector.finish()
+        _session.stop(recorder)
+        _recorder.safely("diagnostics", "writing the event log", recorder.write)
+        built = _recorder.safely("diagnostics", "building the report", Report.from_events, recorder.events)
+        if built is not None:
+            for field in dataclasses.fields(Report):
+                setattr(report, field.name, getattr(built, field.name))
 
 
 def explain(fn: Callable[..., Any], *, backend: str = "xlabridge") -> Callable[..., Report]:
@@ -50,3 +63,20 @@ def explain(fn: Callable[..., Any], *, backend: str = "xlabridge") -> Callable[.
         return report
 
     return run
+
+
+def record_graph(gm: torch.fx.GraphModule, *, backend: str) -> None:
+    """A backend reports an FX graph Dynamo handed it (the ``xlabridge`` backend does, for each
+    one): the graph, its op count and the graph break that ends it, as ``torch._dynamo.explain``
+    reads them. Does nothing unless a report is being collected."""
+    dynamo_graphs.record(gm, backend)
+
+
+def record_compile_path(*, target: str, path: str, reason: str, cpu_only: bool = False) -> None:
+    """A backend reports where and how it compiles the graph Dynamo is compiling now."""
+    if not _recorder.active():
+        return
+    _recorder.emit(ev.CompilePath(
+        **_recorder.stamp(), compile_id=dynamo_graphs.current_compile_id(), target=target, path=path,
+        reason=reason, cpu_only=cpu_only,
+    ))

@@ -1,81 +1,153 @@
-"""Finding the user's own source line in Dynamo's stacks and FX nodes' stack traces.
+"""Which frames of a stack are the user's code, and reading stacks out of FX nodes.
 
-A frame belongs to the user unless it lies inside torch, torch_xla, functorch or xlabridge's
-library code (model libraries such as transformers count as the user's: that is where the
-fix goes, and so do xlabridge's bundled examples).
+The rule: a frame is the user's when its file lies in the directory of the program being run
+(the ``__main__`` file, or the file ``xlabridge compare`` loads), or outside both the packages
+that compile and observe it (torch, torch_xla, functorch, xlabridge) and Python's standard
+library (``contextlib`` wraps many calls; it is never where the fix goes). Model libraries such
+as transformers count as the user's: that is where the fix goes. The program's own directory
+comes first so that a program shipped inside one of those packages (xlabridge's bundled
+examples, run with ``python -m xlabridge.examples.demo``) is still the program being reported on.
+
+A process records the directories it saw (``framework_paths`` and ``main_file`` in its
+``process_start`` event), and a report applies the rule with them, so a log read on another
+machine names the same frames.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import os
 import re
-import traceback
-from collections.abc import Sequence
+import sys
+import sysconfig
+from collections.abc import Iterable, Mapping, Sequence
 
-import torch
+from xlabridge.diagnostics.events import Frame
 
-_FRAME_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\s]+)')
+_FRAMEWORKS = ("torch", "torch_xla", "functorch", "xlabridge")
+_STDLIB = "python-stdlib"
+_SITE_DIRS = ("site-packages", "dist-packages")
+"""Installed packages may live under the standard library's directory: they stay the user's."""
+_FRAME_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+UNKNOWN = Frame(filename="<unknown>", lineno=0, function="<unknown>")
 
 
-def _package_dir(module_name: str) -> str | None:
-    import importlib.util
-
+def _package_dirs(module_name: str) -> list[str]:
+    """The package directory of ``module_name`` as imported and resolved, without importing it."""
     try:
         spec = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
-        return None
+        return []
     if spec is None or not spec.submodule_search_locations:
-        return None
-    return os.path.realpath(list(spec.submodule_search_locations)[0]) + os.sep
+        return []
+    found = list(spec.submodule_search_locations)[0]
+    return sorted({os.path.normpath(found), os.path.realpath(found)})
 
 
-_FRAMEWORK_DIRS = tuple(
-    d
-    for d in (
-        os.path.realpath(os.path.dirname(torch.__file__)) + os.sep,
-        _package_dir("torch_xla"),
-        _package_dir("functorch"),
-        os.path.realpath(os.path.dirname(os.path.dirname(__file__))) + os.sep,
-    )
-    if d
-)
+def framework_paths() -> dict[str, list[str]]:
+    """Where this process has each framework package (as imported, and resolved)."""
+    return {name: list(dirs) for name, dirs in _framework_paths().items()}
 
 
-_EXAMPLES_DIR = os.path.realpath(os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples")) + os.sep
+@functools.cache
+def _framework_paths() -> dict[str, tuple[str, ...]]:
+    paths = {name: tuple(dirs) for name in _FRAMEWORKS if (dirs := _package_dirs(name))}
+    stdlib = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")}
+    paths[_STDLIB] = tuple(sorted({os.path.normpath(d) for d in stdlib} | {os.path.realpath(d) for d in stdlib}))
+    return paths
+
+
+def main_file() -> str | None:
+    """The ``__main__`` script of this process, if it has one."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return os.path.realpath(path) if path else None
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _in_stdlib(path: str, stdlib: str) -> bool:
+    if not _under(path, stdlib):
+        return False
+    first = os.path.relpath(path, stdlib).split(os.sep, 1)[0]
+    return first not in _SITE_DIRS
 
 
 @dataclasses.dataclass(frozen=True)
-class UserFrame:
-    filename: str
-    lineno: int
-    function: str
+class UserCodeRule:
+    """The rule above, for one process's directories."""
+
+    framework_dirs: tuple[str, ...]
+    program_dir: str | None = None
+    stdlib_dirs: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, paths: Mapping[str, Iterable[str]], program: str | None) -> UserCodeRule:
+        dirs = tuple(os.path.normpath(d) for name, ds in paths.items() if name != _STDLIB for d in ds)
+        stdlib = tuple(os.path.normpath(d) for d in paths.get(_STDLIB, ()))
+        return cls(dirs, os.path.dirname(os.path.normpath(program)) if program else None, stdlib)
+
+    def is_user(self, filename: str) -> bool:
+        if not filename or filename.startswith("<"):
+            return False
+        paths = {os.path.normpath(filename)}
+        if os.path.exists(filename):
+            paths.add(os.path.realpath(filename))
+        if self.program_dir and any(_under(p, self.program_dir) for p in paths):
+            return True
+        if any(_in_stdlib(p, d) for p in paths for d in self.stdlib_dirs):
+            return False
+        return not any(_under(p, d) for p in paths for d in self.framework_dirs)
+
+    def innermost(self, frames: Sequence[Frame]) -> Frame:
+        """The deepest of ``frames`` (outermost first) in the user's code, or ``UNKNOWN``."""
+        return next((f for f in reversed(frames) if self.is_user(f.filename)), UNKNOWN)
 
 
-UNKNOWN = UserFrame(filename="<unknown>", lineno=0, function="<unknown>")
+_program_override: str | None = None
+
+
+def set_program(path: str | None) -> None:
+    """Name the program being reported on when it is not ``__main__`` (``xlabridge compare``'s target)."""
+    global _program_override
+    _program_override = os.path.realpath(path) if path else None
+
+
+def program_file() -> str | None:
+    """The program being reported on: the override, else ``__main__``'s file."""
+    return _program_override or main_file()
+
+
+def current_rule() -> UserCodeRule:
+    """The rule for this process as it is now."""
+    return _rule(program_file())
+
+
+@functools.cache
+def _rule(program: str | None) -> UserCodeRule:
+    return UserCodeRule.of(_framework_paths(), program)
 
 
 def is_user_file(filename: str) -> bool:
-    """Whether ``filename`` is outside the frameworks xlabridge reports on."""
-    if filename.startswith("<"):
-        return False
-    path = os.path.realpath(filename)
-    return path.startswith(_EXAMPLES_DIR) or not path.startswith(_FRAMEWORK_DIRS)
+    """Whether ``filename`` is the user's code in this process (see the module's rule)."""
+    return current_rule().is_user(filename)
 
 
-def innermost_user_frame(frames: Sequence[traceback.FrameSummary | UserFrame]) -> UserFrame:
-    """The deepest frame of ``frames`` (outermost first) that is the user's code."""
-    for frame in reversed(frames):
-        if is_user_file(frame.filename):
-            return UserFrame(frame.filename, int(frame.lineno or 0), getattr(frame, "name", None) or frame.function)
-    return UNKNOWN
-
-
-def frame_from_stack_trace(stack_trace: str | None) -> UserFrame:
-    """The user's frame in an FX node's ``meta["stack_trace"]`` text (outermost first)."""
+def from_stack_trace(stack_trace: str | None) -> list[Frame]:
+    """The frames of an FX node's ``meta["stack_trace"]`` text, outermost first."""
     if not stack_trace:
-        return UNKNOWN
-    frames = [
-        UserFrame(m["file"], int(m["line"]), m["func"]) for m in _FRAME_LINE.finditer(stack_trace)
+        return []
+    return [Frame(m["file"], int(m["line"]), m["func"]) for m in _FRAME_LINE.finditer(stack_trace)]
+
+
+def from_summaries(summaries: Iterable[object]) -> list[Frame]:
+    """Frames of ``traceback.FrameSummary``-like objects (``filename``, ``lineno``, ``name``)."""
+    return [
+        Frame(str(s.filename), int(getattr(s, "lineno", 0) or 0), str(getattr(s, "name", "") or ""))
+        for s in summaries
     ]
-    return innermost_user_frame(frames)

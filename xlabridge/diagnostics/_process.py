@@ -1,5 +1,5 @@
-"""Collecting over a whole process, for ``xlabridge report``: started at interpreter start-up,
-written as JSON when the process exits, normally or through an uncaught exception."""
+"""Observing a whole process, for ``xlabridge report``: started at interpreter start-up; the
+event log is written when the process exits, normally or through an uncaught exception."""
 
 from __future__ import annotations
 
@@ -7,18 +7,21 @@ import atexit
 import os
 from pathlib import Path
 
-from xlabridge.diagnostics import _hooks
-from xlabridge.diagnostics._collector import Collector
+from xlabridge.diagnostics import _recorder, _session
 
-def collect_until_exit(directory: str) -> None:
-    """Observe this process from now on; at exit write ``report-<pid>.json`` into ``directory``."""
-    collector = Collector()
-    _hooks.activate(collector)
 
-    def write() -> None:
-        _hooks.deactivate(collector)
-        collector.finish()
-        path = Path(directory) / f"report-{os.getpid()}.json"
-        collector.report.to_json(path)
+def log_path(directory: str | os.PathLike[str], pid: int) -> Path:
+    """Where process ``pid`` writes its events: ``events-<pid>.jsonl`` in ``directory``."""
+    return Path(directory) / f"events-{pid}.jsonl"
 
-    atexit.register(write)
+
+def observe_until_exit(directory: str, *, capture_hlo: bool = False) -> None:
+    """Observe this process from now on; at exit write its event log into ``directory``."""
+    recorder = _recorder.Recorder(log=log_path(directory, os.getpid()), capture_hlo=capture_hlo)
+    _session.start(recorder)
+
+    def finish() -> None:
+        _session.stop(recorder)
+        _recorder.safely("diagnostics", "writing the event log", recorder.write)
+
+    atexit.register(finish)

@@ -2,7 +2,9 @@
 
 To teach xlabridge a new cause, add a row. Dynamo causes are matched against Dynamo's
 break reason (a regular expression on its text); HLO causes by the aten op name of the
-node that ran outside XLA. The first matching row wins; the last Dynamo row catches all.
+node that ran outside XLA; recompile causes against the failed guard Dynamo names. The
+first matching row wins; the last row of each table catches all. Causes are applied when a
+report is built from its events, so a newer table re-reads an older log.
 """
 
 from __future__ import annotations
@@ -104,6 +106,61 @@ HOST_TENSOR = Cause(
     "`.to('cpu')`), so the bridge runs it outside XLA. Keep every tensor of the compiled "
     "function on the XLA device.",
 )
+
+
+RECOMPILE_CAUSES: tuple[Cause, ...] = (
+    Cause(
+        "another-backend",
+        r"^\s*$",
+        "No guard of the earlier compilation failed: the function was compiled before with "
+        "another backend (each backend keeps its own compiled code) or its cache entry was "
+        "dropped. Compile a function with one backend per process.",
+    ),
+    Cause(
+        "shape-change",
+        r"size mismatch|stride mismatch|dimension|\.size\(\)|\.shape",
+        "An input's shape changed. Keep shapes fixed (pad batches and sequences to a few sizes), "
+        "or mark the varying dimension with torch._dynamo.mark_dynamic / dynamic=True.",
+    ),
+    Cause(
+        "value-specialisation",
+        r"___stack\d*\s*==|==\s*-?[\d.]+|\bL\['\w+'\]\s*==",
+        "Dynamo specialised on a Python value (often one read with .item() or a Python number "
+        "argument) and it changed. Keep it a tensor, or pass it as a tensor argument.",
+    ),
+    Cause(
+        "tensor-property",
+        r"dtype|device|requires_grad|dispatch key",
+        "An input's dtype, device or requires_grad changed. Call the compiled function with "
+        "tensors of one kind, or compile one copy per kind.",
+    ),
+    Cause(
+        "global-state",
+        r"GLOBAL_STATE|grad_mode|autocast|deterministic",
+        "Global state the graph depends on changed (grad mode, autocast...). Call the compiled "
+        "function under one setting.",
+    ),
+    Cause(
+        "other",
+        r".",
+        "A guard of the earlier compilation failed. Run with TORCH_LOGS=recompiles for every "
+        "guard, and keep what it names the same from call to call.",
+    ),
+)
+
+
+def guard_text(reason: str) -> str:
+    """The guard failure without Dynamo's ``frame/n:`` prefix (``0/0: x`` is ``x``)."""
+    head, separator, rest = reason.partition(": ")
+    if separator and "/" in head and " " not in head:
+        return rest
+    return "" if reason.rstrip().endswith(":") and " " not in reason.strip() else reason
+
+
+def classify_recompile(reason: str) -> Cause:
+    """The first recompile cause whose pattern matches the guard failure in ``reason``."""
+    text = guard_text(reason)
+    return next(cause for cause in RECOMPILE_CAUSES if cause.matches(text))
 
 
 def classify_dynamo_break(reason: str) -> Cause:

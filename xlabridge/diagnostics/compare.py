@@ -2,23 +2,22 @@
 
 ``compare(step, *args)`` runs one step function twice over: first as plain LazyTensor
 tracing (``step(...)`` then ``torch_xla.sync()``), then through a fresh
-``torch.compile(step, backend=...)``. Everything it reports is read from torch_xla's own
-metrics (``torch_xla.debug.metrics``), so the figures are the ones a user would see in
-``met.short_metrics_report()``:
+``torch.compile(step, backend=...)`` observed by the diagnostics. Both modes are measured with
+the same metric definitions (``_probes.xla_metrics``), and the compiled mode through the same
+probes and events as a report: its FX graph calls, XLA executions per call and Dynamo breaks
+are the report's (``Comparison.report`` holds it). Nothing is read from Dynamo's counters.
 
-* ``ExecuteTime`` samples are XLA graph executions, ``CompileTime`` samples XLA
-  compilations, ``TransferToDeviceTime``/``TransferFromDeviceTime`` samples host transfers;
-* the ``aten::*`` counters are the ops that fell back to the CPU.
+Figures per step:
 
-For the compiled run, the backend is wrapped by a counting shim: each call of the shim is
-one FX graph Dynamo captured, and each call of what it returns is one execution of that FX
-graph. Counting at the backend is exact whatever Dynamo's internal counters do and does
-not reset Dynamo (the user's other compiled functions keep their caches); the XLA graphs
-executed *inside* the FX graph calls are the ones torch_xla's Dynamo bridge made of them.
+* XLA graphs executed: torch_xla's ``ExecuteTime`` samples once the device is idle (every
+  execution, lazy or from the bridge);
+* compilations (``CompileTime``), transfers (``TransferToDeviceTime``/``...FromDeviceTime``)
+  and CPU-fallback ops (the ``aten::*`` counters), read around the steady steps;
+* for the compiled mode, from the events: forward FX graph calls per step, and the XLA graphs
+  executed inside them (each forward graph's executions per call, from its fully measured
+  calls, times its calls in the steady steps).
 
-The gap between the modes is then split by an accounting identity (see ``Attribution``):
-extra FX graphs (Dynamo graph breaks), extra XLA graphs inside the FX graphs beyond the
-cuts lazy tracing makes too (HLO lowering breaks), and graphs run outside the FX graphs.
+The gap between the modes is then split by an accounting identity (see ``Attribution``).
 """
 
 from __future__ import annotations
@@ -32,10 +31,13 @@ from typing import Any
 import torch
 
 from xlabridge import _optional
+from xlabridge.diagnostics import _recorder, _session
+from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._probes import xla_helper, xla_metrics
+from xlabridge.diagnostics.report import Report
 
+SCHEMA = "xlabridge.compare/1"
 _FEATURE = "xlabridge.diagnostics.compare"
-_EXECUTE, _COMPILE = "ExecuteTime", "CompileTime"
-_TO_DEVICE, _FROM_DEVICE = "TransferToDeviceTime", "TransferFromDeviceTime"
 
 
 @dataclasses.dataclass
@@ -70,12 +72,12 @@ class ModeResult:
 
 @dataclasses.dataclass
 class DynamoResult:
-    """What Dynamo did in the compiled run, counted at the backend.
+    """What Dynamo did in the compiled run, from the events.
 
-    ``fx_graphs_compiled_*`` are backend calls (one per FX graph captured, recompilations
-    included); ``fx_graph_calls_per_step`` are executions of compiled FX graphs per steady
-    step; ``xla_graphs_in_fx_per_step`` the XLA graphs executed while those ran.
-    ``graph_breaks`` are the first lines of the break reasons Dynamo counted meanwhile.
+    ``fx_graphs_compiled_*`` are Dynamo graphs captured (recompilations included);
+    ``fx_graph_calls_per_step`` are calls of compiled forward FX graphs per steady step;
+    ``xla_graphs_in_fx_per_step`` the XLA graphs they executed. ``graph_breaks`` are the first
+    lines of the break reasons of the graphs compiled (the report's ``dynamo_breaks``).
     """
 
     fx_graphs_compiled_warmup: int
@@ -117,6 +119,7 @@ class Comparison:
     lazy: ModeResult
     compiled: ModeResult
     dynamo: DynamoResult
+    report: Report = dataclasses.field(default_factory=Report)
     warnings: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -171,8 +174,10 @@ class Comparison:
         return f"{head}: " + "; ".join(text for _, text in causes)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (JSON-ready): both modes, Dynamo's counts, the attribution, the verdict."""
+        """Plain data (JSON-ready, schema ``xlabridge.compare/1``): both modes, Dynamo's counts,
+        the attribution, the verdict, and the compiled mode's report."""
         return {
+            "schema": SCHEMA,
             "backend": self.backend,
             "lazy": dataclasses.asdict(self.lazy),
             "compiled": dataclasses.asdict(self.compiled),
@@ -180,7 +185,19 @@ class Comparison:
             "attribution": dataclasses.asdict(self.attribution),
             "verdict": self.verdict,
             "warnings": list(self.warnings),
+            "report": self.report.to_dict(),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Comparison:
+        """Read a comparison back from ``to_dict()``'s form."""
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"comparison 'schema' must be {SCHEMA!r}, got {data.get('schema')!r}")
+        return cls(
+            backend=data["backend"], lazy=ModeResult(**data["lazy"]), compiled=ModeResult(**data["compiled"]),
+            dynamo=DynamoResult(**data["dynamo"]), report=Report.from_dict(data["report"]),
+            warnings=list(data.get("warnings", [])),
+        )
 
     def __str__(self) -> str:
         """Both modes side by side, then the Dynamo breaks, warnings and the verdict."""
@@ -225,109 +242,71 @@ def compare(
     """Run ``step(*args, **kwargs)`` lazily, then compiled, and say where the gap comes from.
 
     Each mode runs ``warmup`` steps (compilations land there) then ``steps`` steady steps,
-    each closed by ``torch_xla.sync()`` and ``xm.wait_device_ops()`` so the wall times
-    include the device work. In the steady compiled steps the device is also waited on
-    around each FX graph call, to count the XLA graphs run inside it; that forgoes
-    host/device overlap between FX graphs, a cost well under a graph launch.
-    The step runs ``2 * (warmup + steps)`` times in all: a step that updates state (an
-    optimizer step) keeps updating it. The compiled mode uses a fresh
+    each closed by ``torch_xla.sync()`` and a wait for the device, so the wall times include
+    the device work. The step runs ``2 * (warmup + steps)`` times in all: a step that updates
+    state (an optimizer step) keeps updating it. The compiled mode uses a fresh
     ``torch.compile(step, backend=...)``; Dynamo is not reset.
     """
-    if not isinstance(steps, int) or steps < 1:
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"compare: 'steps' must be an int >= 1, got {steps!r}")
-    if not isinstance(warmup, int) or warmup < 0:
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
         raise ValueError(f"compare: 'warmup' must be an int >= 0, got {warmup!r}")
     _optional.require("torch_xla", _FEATURE)
-    from torch._dynamo.backends.registry import lookup_backend
-    from torch._dynamo.utils import counters
 
     _sync()
-    lazy = _run_mode("lazy", step, args, kwargs, steps, warmup)
+    lazy, _ = _run_mode("lazy", step, args, kwargs, steps, warmup)
 
-    shim = _CountingBackend(lookup_backend(backend))
-    breaks_before = dict(counters["graph_break"])
-    compiled_step = torch.compile(step, backend=shim)
-    compiled = _run_mode("compiled", compiled_step, args, kwargs, steps, warmup, shim)
-    new_breaks = [
-        reason.strip().splitlines()[0]
-        for reason, count in counters["graph_break"].items()
-        if count > breaks_before.get(reason, 0)
-    ]
-    dynamo = DynamoResult(
-        fx_graphs_compiled_warmup=shim.compiled_warmup,
-        fx_graphs_compiled_steady=shim.compiled - shim.compiled_warmup,
-        fx_graph_calls_per_step=shim.calls_steady / steps,
-        xla_graphs_in_fx_per_step=shim.executions_steady / steps,
-        graph_breaks=new_breaks,
-    )
-    warnings = []
-    if shim.calls_steady == 0:
+    compiled_step = torch.compile(step, backend=backend)
+    recorder = _recorder.Recorder()
+    _session.start(recorder)
+    try:
+        compiled, boundary = _run_mode("compiled", compiled_step, args, kwargs, steps, warmup)
+    finally:
+        _session.stop(recorder)
+    report = Report.from_events(recorder.events)
+    dynamo = _dynamo_result(recorder.events, report, boundary, steps)
+    warnings = list(report.warnings)
+    if dynamo.fx_graph_calls_per_step == 0:
         warnings.append(
             "Dynamo ran no compiled FX graph in the steady steps: the step has no tensor "
             "work Dynamo captures, or its recompile limit was reached and it runs eagerly"
         )
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
-    return Comparison(backend=name, lazy=lazy, compiled=compiled, dynamo=dynamo, warnings=warnings)
+    return Comparison(backend=name, lazy=lazy, compiled=compiled, dynamo=dynamo, report=report, warnings=warnings)
 
 
-class _CountingBackend:
-    """Wraps a Dynamo backend to count FX graphs compiled, their calls, and XLA graphs inside.
-
-    ``steady`` is switched on by the runner after warmup, so counts split into warmup and
-    steady phases without resetting anything.
-    """
-
-    def __init__(self, backend: Callable[..., Any]) -> None:
-        self._backend = backend
-        self.steady = False
-        self.compiled = 0
-        self.compiled_warmup = 0
-        self.calls_steady = 0
-        self.executions_steady = 0
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        self.compiled += 1
-        if not self.steady:
-            self.compiled_warmup += 1
-        compiled_fn = self._backend(gm, example_inputs)
-
-        def counted(*call_args: Any) -> Any:
-            if not self.steady:
-                return compiled_fn(*call_args)
-            before = _settled_samples(_EXECUTE)
-            result = compiled_fn(*call_args)
-            self.calls_steady += 1
-            self.executions_steady += _settled_samples(_EXECUTE) - before
-            return result
-
-        # Only the calling convention is copied: ``functools.wraps`` would copy
-        # ``_torchdynamo_orig_callable`` too, and Dynamo would call around the counter.
-        if hasattr(compiled_fn, "_boxed_call"):
-            counted._boxed_call = compiled_fn._boxed_call  # type: ignore[attr-defined]
-        return counted
+def _dynamo_result(events: Sequence[ev.Event], report: Report, boundary: float, steps: int) -> DynamoResult:
+    """Forward FX graph calls and the XLA graphs they ran in the steady steps, from the events."""
+    forward = {g.graph for g in report.xla_graphs if g.role == "forward"}
+    per_call = {g.graph: g.executions_per_call for g in report.xla_graphs}
+    calls: dict[int, int] = {}
+    for event in events:
+        if isinstance(event, ev.GraphCalled) and event.start >= boundary:
+            calls[event.graph] = calls.get(event.graph, 0) + 1
+        elif isinstance(event, ev.GraphCalls) and event.t >= boundary:
+            calls[event.graph] = calls.get(event.graph, 0) + event.calls
+    forward_calls = sum(n for graph, n in calls.items() if graph in forward)
+    captured = [e for e in events if isinstance(e, ev.GraphCaptured)]
+    return DynamoResult(
+        fx_graphs_compiled_warmup=sum(e.t < boundary for e in captured),
+        fx_graphs_compiled_steady=sum(e.t >= boundary for e in captured),
+        fx_graph_calls_per_step=forward_calls / steps,
+        xla_graphs_in_fx_per_step=sum(per_call.get(g, 0) * n for g, n in calls.items() if g in forward) / steps,
+        graph_breaks=[b.reason for b in report.dynamo_breaks],
+    )
 
 
 @dataclasses.dataclass
 class _Snapshot:
-    """torch_xla metric sample counts and fallback counters at one moment."""
+    """The metrics ``compare`` reads around a phase: settled executions, totals, fallbacks."""
 
     executions: int
-    compilations: int
-    to_device: int
-    from_device: int
+    totals: xla_metrics.Snapshot
     fallbacks: dict[str, int]
 
     @classmethod
     def take(cls) -> _Snapshot:
-        import torch_xla.debug.metrics as met
-
-        return cls(
-            executions=_settled_samples(_EXECUTE),
-            compilations=_settled_samples(_COMPILE),
-            to_device=_settled_samples(_TO_DEVICE),
-            from_device=_settled_samples(_FROM_DEVICE),
-            fallbacks={op: met.counter_value(op) or 0 for op in met.executed_fallback_ops()},
-        )
+        return cls(xla_metrics.settled_executions(), xla_metrics.Snapshot.take(), xla_metrics.fallback_counts())
 
 
 def _run_mode(
@@ -337,27 +316,27 @@ def _run_mode(
     kwargs: dict[str, Any],
     steps: int,
     warmup: int,
-    shim: _CountingBackend | None = None,
-) -> ModeResult:
-    """Run ``warmup`` then ``steps`` synced steps of ``fn`` and read the metrics around them."""
+) -> tuple[ModeResult, float]:
+    """Run ``warmup`` then ``steps`` synced steps of ``fn``; the result and the steady start."""
     start = _Snapshot.take()
     for _ in range(warmup):
         result = fn(*args, **kwargs)
         _sync()
         del result
-    if shim is not None:
-        shim.steady = True
+    xla_helper.flush()  # later calls of the warmup steps are summed before the steady start
     steady = _Snapshot.take()
+    boundary = time.monotonic()
     times, at_sync = [], 0
     for _ in range(steps):
         began = time.perf_counter()
         result = fn(*args, **kwargs)  # held through the sync, or lazy work on it is dropped
-        before_sync = _settled_samples(_EXECUTE)
+        before_sync = xla_metrics.settled_executions()
         _sync()
         times.append(time.perf_counter() - began)
-        at_sync += _settled_samples(_EXECUTE) - before_sync
+        at_sync += xla_metrics.settled_executions() - before_sync
         del result
     end = _Snapshot.take()
+    warm, steady_totals = steady.totals.since(start.totals), end.totals.since(steady.totals)
     return ModeResult(
         mode=mode,
         steps=steps,
@@ -366,13 +345,13 @@ def _run_mode(
         graphs_at_sync_per_step=at_sync / steps,
         executions_warmup=steady.executions - start.executions,
         executions_steady=end.executions - steady.executions,
-        compilations_warmup=steady.compilations - start.compilations,
-        compilations_steady=end.compilations - steady.compilations,
-        transfers_to_device_per_step=(end.to_device - steady.to_device) / steps,
-        transfers_from_device_per_step=(end.from_device - steady.from_device) / steps,
+        compilations_warmup=warm.compiles,
+        compilations_steady=steady_totals.compiles,
+        transfers_to_device_per_step=steady_totals.to_device / steps,
+        transfers_from_device_per_step=steady_totals.from_device / steps,
         fallback_ops_per_step=_fallback_deltas(steady.fallbacks, end.fallbacks, steps),
         median_step_seconds=statistics.median(times),
-    )
+    ), boundary
 
 
 def _fallback_deltas(before: dict[str, int], after: dict[str, int], steps: int) -> dict[str, float]:
@@ -398,21 +377,6 @@ def _sync() -> None:
 
     torch_xla.sync()
     xm.wait_device_ops()
-
-
-def _settled_samples(metric: str) -> int:
-    """How many samples torch_xla's ``metric`` holds once the device is idle (0 before any).
-
-    ``ExecuteTime`` is sampled when an execution's completion is processed, which can come
-    after ``torch_xla.sync(wait=True)`` returns; ``xm.wait_device_ops()`` settles it, so
-    counts read around a call belong to that call.
-    """
-    import torch_xla.core.xla_model as xm
-    import torch_xla.debug.metrics as met
-
-    xm.wait_device_ops()
-    data = met.metric_data(metric)
-    return int(data[0]) if data else 0
 
 
 def _num(value: float) -> str:

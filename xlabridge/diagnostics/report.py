@@ -1,103 +1,179 @@
-"""The diagnostics report: plain data first; the terminal table, JSON and HTML are views of it.
+"""The diagnostics report: plain data built from events, and its JSON form.
 
-The JSON form is versioned by ``SCHEMA`` (``xlabridge.report/1``); its fields are documented
-in ``docs/report-schema.md``. A reader of a report from a TPU VM needs nothing but the JSON.
+``Report.from_events(events)`` is the only way a report is made: from the events of one
+``diagnose()`` block, or of every process of an ``xlabridge report`` run (process ids kept
+apart). Causes, suggestions and which frame is the user's are decided here, from the raw
+facts in the events, so a newer xlabridge re-reads an older log with its newer knowledge.
+
+The JSON form is versioned by ``SCHEMA`` (``xlabridge.report/2``); ``docs/report-schema.md``
+documents every field and is generated from this module and ``events.py``
+(``python -m xlabridge.diagnostics._schema_doc``). ``str(report)`` and ``report.to_html(path)``
+render it through ``xlabridge.diagnostics.views``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "xlabridge.report/1"
+from xlabridge.diagnostics import _timesplit, causes
+from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._frames import UNKNOWN, UserCodeRule
+from xlabridge.diagnostics.events import _field
 
+SCHEMA = "xlabridge.report/2"
 
-@dataclasses.dataclass
-class DynamoBreak:
-    """Dynamo stopped capturing: the FX graph before this point ends here."""
-
-    reason: str
-    category: str
-    filename: str
-    lineno: int
-    function: str
-    suggestion: str
-    detail: str = ""
-    compile_id: str = ""
-
-
-@dataclasses.dataclass
-class Recompile:
-    """Dynamo compiled a frame again because a guard of its earlier compilation failed."""
-
-    reason: str
-    filename: str
-    lineno: int
-    function: str
+TimeSplit = _timesplit.TimeSplit
 
 
 @dataclasses.dataclass
 class DynamoGraph:
     """One FX graph Dynamo captured and handed to a backend."""
 
-    compile_id: str
-    op_count: int
-    backend: str
-    path: str = ""
-    path_reason: str = ""
-    ends_in_break: bool = False
+    compile_id: str = _field("Dynamo compile id (``frame/recompile``)")
+    op_count: int = _field("``call_function`` nodes (``torch._dynamo.explain``'s ``ops_per_graph`` length)")
+    backend: str = _field("the backend it was handed to")
+    path: str = _field("for ``xlabridge``: ``forward-only``, ``aot-autograd`` or ``inductor``; else empty", "")
+    path_reason: str = _field("why that path", "")
+    ends_in_break: bool = _field("whether it ends at a Dynamo graph break", False)
+    tracing_seconds: float | None = _field("Dynamo's compile time for its frame (tracing and the backend's compile call)", None)
+    filename: str = _field("user source file of its first op", UNKNOWN.filename)
+    lineno: int = _field("line in ``filename``", 0)
+    function: str = _field("function of that line", UNKNOWN.function)
+    pid: int = _field("process that compiled it", 0)
 
 
 @dataclasses.dataclass
-class HloBreak:
-    """One FX node that ran outside XLA, cutting its FX graph into several XLA graphs."""
+class DynamoBreak:
+    """Dynamo stopped capturing: the FX graph before this point ends here."""
 
-    op: str
-    category: str
-    filename: str
-    lineno: int
-    function: str
-    suggestion: str
-    graph: int = 0
+    reason: str = _field("first line of Dynamo's reason")
+    category: str = _field("the matching row of ``causes.DYNAMO_CAUSES``")
+    filename: str = _field("user source file of the break (innermost user frame)")
+    lineno: int = _field("line in ``filename``")
+    function: str = _field("function of that line")
+    suggestion: str = _field("how to avoid the break")
+    detail: str = _field("Dynamo's full reason (explanation, hints)", "")
+    compile_id: str = _field("compile id of the graph the break ends", "")
+    pid: int = _field("process", 0)
+
+
+@dataclasses.dataclass
+class Recompile:
+    """Dynamo compiled a frame again because a guard of an earlier compilation failed."""
+
+    reason: str = _field("the guard failure Dynamo names (``frame/n: guard``); first line")
+    filename: str = _field("user location: the recompiled code when it is the user's, else the user's caller")
+    lineno: int = _field("line in ``filename``")
+    function: str = _field("function of that line")
+    category: str = _field("the matching row of ``causes.RECOMPILE_CAUSES``", "other")
+    suggestion: str = _field("how to avoid it", "")
+    compile_id: str = _field("compile id of the new compilation", "")
+    code: str = _field("the recompiled code object, ``file:line (function)``", "")
+    pid: int = _field("process", 0)
+
+
+@dataclasses.dataclass
+class RecompileGroup:
+    """The recompiles of one user location, grouped."""
+
+    filename: str = _field("user location")
+    lineno: int = _field("line")
+    function: str = _field("function")
+    count: int = _field("recompiles there")
+    first_reason: str = _field("reason of the first")
+    last_reason: str = _field("reason of the last")
+    category: str = _field("cause of the last")
 
 
 @dataclasses.dataclass
 class Segment:
-    """A run of consecutive FX nodes executed one way: one XLA graph, or one op on the CPU."""
+    """A run of consecutive FX nodes executed one way: one XLA graph, or one node on the CPU."""
 
-    kind: str
-    ops: list[str]
+    kind: str = _field("``xla`` (one XLA graph) or ``cpu`` (one node run on the host)")
+    ops: list[str] = _field("op names, in order", factory=list)
 
 
 @dataclasses.dataclass
 class XlaGraph:
     """One FX graph as torch_xla's Dynamo bridge compiled it, and what each call costs."""
 
-    index: int
-    compile_id: str
-    role: str
-    fx_ops: int
-    xla_graphs: int
-    compiles: int = 0
-    executions_per_call: int = 0
-    transfers_per_call: int = 0
-    calls: int = 0
-    segments: list[Segment] = dataclasses.field(default_factory=list)
+    index: int = _field("position in ``hlo.graphs``; ``HloBreak.graph`` refers to it")
+    compile_id: str = _field("Dynamo compile id it belongs to")
+    role: str = _field("``forward`` or ``backward`` (AOTAutograd's, recognised by its tangents)")
+    fx_ops: int = _field("call nodes in the graph the bridge received")
+    xla_graphs: int = _field("XLA graphs the bridge cut it into (``1``: not split)")
+    compiles: int = _field("XLA compilations of it (extraction and later calls)", 0)
+    compile_seconds: float = _field("their time", 0.0)
+    extraction_seconds: float | None = _field("the bridge's extraction at the first call (partitioning, tracing, compiling)", None)
+    executions_per_call: int = _field("XLA graph executions per call (last fully measured call)", 0)
+    transfers_per_call: int = _field("host-device transfers per call, both ways (last fully measured call)", 0)
+    bytes_per_call: int = _field("bytes moved per call, both ways (last fully measured call)", 0)
+    seconds_per_call: float | None = _field("mean call time after the first call (first call if it is the only one)", None)
+    cpu_fallback_seconds_per_call: float = _field("time in CPU nodes per call (same calls)", 0.0)
+    calls: int = _field("calls while observed", 0)
+    segments: list[Segment] = _field("its nodes in execution order, grouped as run", factory=list)
+    hashes: list[str] = _field("torch_xla graph hash of each XLA segment, in order", factory=list)
+    hlo_files: list[str | None] = _field("HLO proto file of each hash (``capture_hlo``), relative to the log", factory=list)
+    graph: int = _field("the process's bridge graph number", 0)
+    pid: int = _field("process", 0)
+
+
+@dataclasses.dataclass
+class HloBreak:
+    """One FX node that ran outside XLA, cutting its FX graph into several XLA graphs."""
+
+    op: str = _field("aten op name: the fallback op, or the node's op when it touched host tensors")
+    category: str = _field("``cpu-fallback``, ``host-transfer`` or ``host-tensor`` (``causes.HLO_CAUSES``)")
+    filename: str = _field("user source line of the node")
+    lineno: int = _field("line")
+    function: str = _field("function")
+    suggestion: str = _field("how to keep it in XLA")
+    graph: int = _field("``index`` of its ``XlaGraph``", 0)
+    node: str = _field("the FX node's name", "")
+
+
+@dataclasses.dataclass
+class ProbeReport:
+    """What one probe could see."""
+
+    name: str = _field("probe name")
+    state: str = _field("``ok``, ``unavailable``, ``silent`` or ``failed``")
+    reason: str = _field("why, when not ``ok``", "")
+    surface: str = _field("the upstream names it reads or wraps", "")
+    patch: bool = _field("whether it wraps an upstream function", False)
+    sees: str = _field("what the report lacks when it cannot see", "")
+
+
+@dataclasses.dataclass
+class Finding:
+    """Something the report concludes from the events, worth acting on."""
+
+    kind: str = _field("``cpu-only-graph``, ``probe``, ``cache``, ``compiled-before-observation``")
+    message: str = _field("what it means and what to do")
+    graph: int | None = _field("``XlaGraph.index`` it is about, if any", None)
 
 
 @dataclasses.dataclass
 class Report:
     """Everything observed over one ``explain`` call, ``diagnose`` block or CLI run."""
 
-    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
-    dynamo_graphs: list[DynamoGraph] = dataclasses.field(default_factory=list)
-    dynamo_breaks: list[DynamoBreak] = dataclasses.field(default_factory=list)
-    recompiles: list[Recompile] = dataclasses.field(default_factory=list)
-    xla_graphs: list[XlaGraph] = dataclasses.field(default_factory=list)
-    hlo_breaks: list[HloBreak] = dataclasses.field(default_factory=list)
-    warnings: list[str] = dataclasses.field(default_factory=list)
+    environment: dict[str, Any] = _field("versions, PJRT device, TPU type, argv, compilation cache", factory=dict)
+    processes: list[dict[str, Any]] = _field("``pid``, ``rank``, ``world``, ``wall_seconds`` of each process", factory=list)
+    probes: list[ProbeReport] = _field("each probe's state", factory=list)
+    time: list[TimeSplit] = _field("per process: wall seconds split into exclusive shares", factory=list)
+    dynamo_graphs: list[DynamoGraph] = _field("FX graphs Dynamo captured", factory=list)
+    dynamo_breaks: list[DynamoBreak] = _field("Dynamo graph breaks", factory=list)
+    recompiles: list[Recompile] = _field("recompilations", factory=list)
+    recompile_groups: list[RecompileGroup] = _field("recompilations grouped by user location", factory=list)
+    xla_graphs: list[XlaGraph] = _field("FX graphs through torch_xla's bridge", factory=list)
+    hlo_breaks: list[HloBreak] = _field("FX nodes that ran outside XLA", factory=list)
+    findings: list[Finding] = _field("conclusions worth acting on", factory=list)
+    warnings: list[str] = _field("what the diagnostics could not observe, in plain words", factory=list)
 
     @property
     def graph_count(self) -> int:
@@ -114,24 +190,45 @@ class Report:
         """FX nodes that ran outside XLA, over all FX graphs."""
         return len(self.hlo_breaks)
 
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def from_events(cls, events: Iterable[ev.Event]) -> Report:
+        """The report of ``events`` (one process's or several's, in any interleaving)."""
+        by_pid: dict[int, list[ev.Event]] = defaultdict(list)
+        for event in events:
+            by_pid[event.pid].append(event)
+        report = cls()
+        for pid, process_events in by_pid.items():
+            _ProcessBuilder(report, pid, process_events).build()
+        report.recompile_groups = _group_recompiles(report.recompiles)
+        return report
+
+    # ------------------------------------------------------------------ JSON
+
     def to_dict(self) -> dict[str, Any]:
-        """The report in the shape of schema ``xlabridge.report/1``."""
+        """The report in the shape of schema ``xlabridge.report/2``."""
         rows = dataclasses.asdict
         return {
             "schema": SCHEMA,
             "environment": dict(self.environment),
+            "processes": [dict(p) for p in self.processes],
+            "probes": [rows(p) for p in self.probes],
+            "time": [rows(t) for t in self.time],
             "dynamo": {
                 "graph_count": self.graph_count,
                 "break_count": self.break_count,
+                "graphs": [rows(g) for g in self.dynamo_graphs],
                 "breaks": [rows(b) for b in self.dynamo_breaks],
                 "recompiles": [rows(r) for r in self.recompiles],
-                "graphs": [rows(g) for g in self.dynamo_graphs],
+                "recompile_groups": [rows(g) for g in self.recompile_groups],
             },
             "hlo": {
                 "break_count": self.hlo_break_count,
-                "breaks": [rows(b) for b in self.hlo_breaks],
                 "graphs": [rows(g) for g in self.xla_graphs],
+                "breaks": [rows(b) for b in self.hlo_breaks],
             },
+            "findings": [rows(f) for f in self.findings],
             "warnings": list(self.warnings),
         }
 
@@ -148,40 +245,249 @@ class Report:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"report 'schema' must be {SCHEMA!r}, got {data.get('schema')!r}")
         dynamo, hlo = data["dynamo"], data["hlo"]
-        graphs = []
-        for graph in hlo["graphs"]:
-            fields = dict(graph)
-            fields["segments"] = [Segment(**s) for s in fields.get("segments", [])]
-            graphs.append(XlaGraph(**fields))
+
+        def build(kind: type, rows: Sequence[dict[str, Any]]) -> list:
+            names = {f.name for f in dataclasses.fields(kind)}
+            return [kind(**{k: v for k, v in row.items() if k in names}) for row in rows]
+
+        graphs = build(XlaGraph, hlo["graphs"])
+        for graph in graphs:
+            graph.segments = build(Segment, graph.segments)  # type: ignore[arg-type]
         return cls(
             environment=dict(data.get("environment", {})),
-            dynamo_graphs=[DynamoGraph(**g) for g in dynamo.get("graphs", [])],
-            dynamo_breaks=[DynamoBreak(**b) for b in dynamo["breaks"]],
-            recompiles=[Recompile(**r) for r in dynamo["recompiles"]],
+            processes=[dict(p) for p in data.get("processes", [])],
+            probes=build(ProbeReport, data.get("probes", [])),
+            time=build(TimeSplit, data.get("time", [])),
+            dynamo_graphs=build(DynamoGraph, dynamo.get("graphs", [])),
+            dynamo_breaks=build(DynamoBreak, dynamo["breaks"]),
+            recompiles=build(Recompile, dynamo["recompiles"]),
+            recompile_groups=build(RecompileGroup, dynamo.get("recompile_groups", [])),
             xla_graphs=graphs,
-            hlo_breaks=[HloBreak(**b) for b in hlo["breaks"]],
+            hlo_breaks=build(HloBreak, hlo["breaks"]),
+            findings=build(Finding, data.get("findings", [])),
             warnings=list(data.get("warnings", [])),
         )
 
-    def merge(self, other: Report) -> None:
-        """Add ``other``'s observations (another process of the same run) to this report."""
-        offset = len(self.xla_graphs)
-        for graph in other.xla_graphs:
-            self.xla_graphs.append(dataclasses.replace(graph, index=graph.index + offset))
-        for hlo_break in other.hlo_breaks:
-            self.hlo_breaks.append(dataclasses.replace(hlo_break, graph=hlo_break.graph + offset))
-        self.dynamo_graphs += other.dynamo_graphs
-        self.dynamo_breaks += other.dynamo_breaks
-        self.recompiles += other.recompiles
-        self.warnings += [w for w in other.warnings if w not in self.warnings]
+    # ------------------------------------------------------------------ views
 
     def __str__(self) -> str:
-        from xlabridge.diagnostics.render import format_table
+        from xlabridge.diagnostics.views import text
 
-        return format_table(self)
+        return text.render(self)
 
     def to_html(self, path: str | Path) -> Path:
         """Write a self-contained HTML page with a picture of how each FX graph is split."""
-        from xlabridge.diagnostics.render import write_html
+        from xlabridge.diagnostics.views import html
 
-        return write_html(self, Path(path))
+        return html.write(self, Path(path))
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+class _ProcessBuilder:
+    """Adds one process's events to a report."""
+
+    def __init__(self, report: Report, pid: int, events: list[ev.Event]) -> None:
+        self.report, self.pid, self.events = report, pid, events
+        start = next((e for e in events if isinstance(e, ev.ProcessStart)), None)
+        end = next((e for e in reversed(events) if isinstance(e, ev.ProcessEnd)), None)
+        self.start = start
+        program = (end.main_file if end else None) or (start.main_file if start else None)
+        self.rule = UserCodeRule.of(start.framework_paths, program) if start else UserCodeRule(())
+
+    def of(self, kind: type[ev.Event]) -> list:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def build(self) -> None:
+        self._environment()
+        self._probes()
+        split = _timesplit.split(self.events)
+        if split is not None:
+            self.report.time.append(split)
+        self._dynamo()
+        self._recompiles()
+        self._xla_graphs()
+
+    def _where(self, frames: Sequence[ev.Frame]) -> dict[str, Any]:
+        frame = self.rule.innermost(frames)
+        return {"filename": frame.filename, "lineno": frame.lineno, "function": frame.function}
+
+    def _environment(self) -> None:
+        end = next((e for e in reversed(self.events) if isinstance(e, ev.ProcessEnd)), None)
+        environment = (end.environment if end and end.environment else None) or (self.start.environment if self.start else {})
+        if not self.report.environment:
+            self.report.environment = dict(environment)
+        first = self.events[0]
+        self.report.processes.append({
+            "pid": self.pid, "rank": first.rank, "world": first.world,
+            "wall_seconds": (end.t - end.start) if end else None,
+        })
+        cache = environment.get("compilation_cache") or {}
+        if cache.get("state") not in (None, "off", "enabled"):
+            self.report.findings.append(Finding(
+                "cache", f"persistent cache at {cache.get('directory')}: {cache.get('state')}: {cache.get('reason')}"
+            ))
+
+    def _probes(self) -> None:
+        statuses = self.of(ev.ProbeStatus)
+        for status in statuses:
+            if status.state == ev.ProbeState.FAILED and status.reason not in self.report.warnings:
+                self.report.warnings.append(status.reason)
+        order = {ev.ProbeState.OK: 0, ev.ProbeState.FAILED: 1, ev.ProbeState.SILENT: 2, ev.ProbeState.UNAVAILABLE: 3}
+        worst: dict[str, ev.ProbeStatus] = {}
+        for status in statuses:
+            current = worst.get(status.probe)
+            if current is None or order[status.state] > order[current.state] or (
+                status.state == current.state and not current.surface
+            ):
+                worst[status.probe] = status if status.surface or current is None else dataclasses.replace(
+                    status, surface=current.surface, patch=current.patch, sees=current.sees)
+        known = {p.name: p for p in self.report.probes}
+        for name, status in worst.items():
+            entry = ProbeReport(name, status.state.value, status.reason if status.state != ev.ProbeState.FAILED
+                                else "", status.surface, status.patch, status.sees)
+            if name in known:
+                if order[ev.ProbeState(known[name].state)] >= order[status.state]:
+                    continue
+                self.report.probes.remove(known[name])
+            self.report.probes.append(entry)
+            if status.state in (ev.ProbeState.UNAVAILABLE, ev.ProbeState.SILENT):
+                message = f"probe {name} is {status.state.value}: {status.reason}; the report lacks {status.sees}"
+                if message not in self.report.warnings:
+                    self.report.warnings.append(message)
+                    self.report.findings.append(Finding("probe", message))
+
+    def _callers(self, compile_id: str) -> list[ev.Frame]:
+        """The stack that called into the compiled code of ``compile_id`` (its frame's callers)."""
+        return self.callers.get(compile_id.split("/")[0], [])
+
+    def _dynamo(self) -> None:
+        self.callers: dict[str, list[ev.Frame]] = {}
+        for compile_event in self.of(ev.DynamoCompile):
+            if compile_event.trigger == "dynamo" and compile_event.caller_frames:
+                self.callers.setdefault(compile_event.compile_id.split("/")[0], compile_event.caller_frames)
+        paths = {e.compile_id: e for e in self.of(ev.CompilePath)}
+        tracing: dict[str, float] = defaultdict(float)
+        for compile_event in self.of(ev.DynamoCompile):
+            if compile_event.trigger == "dynamo":
+                tracing[compile_event.compile_id] += compile_event.t - compile_event.start
+        breaks = {e.compile_id: e for e in self.of(ev.GraphBreak)}
+        for captured in self.of(ev.GraphCaptured):
+            path = paths.get(captured.compile_id)
+            self.report.dynamo_graphs.append(DynamoGraph(
+                compile_id=captured.compile_id, op_count=captured.op_count, backend=captured.backend,
+                path=path.path if path else "", path_reason=path.reason if path else "",
+                ends_in_break=captured.ends_in_break, tracing_seconds=tracing.get(captured.compile_id),
+                pid=self.pid, **self._where(self._callers(captured.compile_id) + captured.frames),
+            ))
+            graph_break = breaks.get(captured.compile_id)
+            if captured.ends_in_break and graph_break is not None:
+                cause = causes.classify_dynamo_break(graph_break.reason)
+                self.report.dynamo_breaks.append(DynamoBreak(
+                    reason=_first_line(graph_break.reason), category=cause.category,
+                    suggestion=cause.suggestion, detail=graph_break.reason.strip(),
+                    compile_id=captured.compile_id, pid=self.pid,
+                    **self._where(self._callers(captured.compile_id) + graph_break.frames),
+                ))
+
+    def _recompiles(self) -> None:
+        callers = {e.compile_id: e.caller_frames for e in self.of(ev.DynamoCompile) if e.trigger == "dynamo"}
+        for recompile in self.of(ev.Recompile):
+            code = recompile.code or UNKNOWN
+            where = self._where(callers.get(recompile.compile_id, self._callers(recompile.compile_id)) + [code])
+            if where["filename"] == UNKNOWN.filename:
+                where = {"filename": code.filename, "lineno": code.lineno, "function": code.function}
+            cause = causes.classify_recompile(recompile.reason)
+            reason = _first_line(recompile.reason)
+            if not causes.guard_text(recompile.reason).strip():
+                reason = f"{reason.rstrip(': ')}: no guard failed (compiled before for another backend)"
+            self.report.recompiles.append(Recompile(
+                reason=reason, category=cause.category, suggestion=cause.suggestion, compile_id=recompile.compile_id,
+                code=f"{code.filename}:{code.lineno} ({code.function})", pid=self.pid, **where,
+            ))
+
+    def _xla_graphs(self) -> None:
+        partitions = {e.graph: e for e in self.of(ev.Partitioned)}
+        called: dict[int, list[ev.GraphCalled]] = defaultdict(list)
+        for call in self.of(ev.GraphCalled):
+            called[call.graph].append(call)
+        summed: dict[int, list[ev.GraphCalls]] = defaultdict(list)
+        for calls in self.of(ev.GraphCalls):
+            summed[calls.graph].append(calls)
+        compiles: dict[int, list[ev.XlaCompile]] = defaultdict(list)
+        for compile_event in self.of(ev.XlaCompile):
+            if compile_event.graph is not None:
+                compiles[compile_event.graph].append(compile_event)
+        seen: dict[int, list[ev.XlaGraphSeen]] = defaultdict(list)
+        for graph_seen in self.of(ev.XlaGraphSeen):
+            if graph_seen.graph is not None:
+                seen[graph_seen.graph].append(graph_seen)
+        for bridge in self.of(ev.BridgeGraph):
+            index = len(self.report.xla_graphs)
+            partition = partitions.get(bridge.graph)
+            segments = partition.segments if partition else []
+            measured = sorted(called.get(bridge.graph, []), key=lambda c: c.call)
+            later = summed.get(bridge.graph, [])
+            calls = len(measured) + sum(s.calls for s in later)
+            steady_measured = [c for c in measured if c.call > 1] or measured
+            steady_calls = len(steady_measured) + sum(s.calls for s in later)
+            steady_seconds = sum(c.t - c.start for c in steady_measured) + sum(s.seconds for s in later)
+            steady_cpu = sum(c.cpu_fallback_seconds for c in steady_measured) + sum(s.cpu_fallback_seconds for s in later)
+            last = measured[-1] if measured else None
+            graph_compiles = compiles.get(bridge.graph, [])
+            hashes = sorted(seen.get(bridge.graph, []), key=lambda s: s.segment)
+            self.report.xla_graphs.append(XlaGraph(
+                index=index, compile_id=bridge.compile_id, role=bridge.role, fx_ops=bridge.fx_ops,
+                xla_graphs=sum(s.kind == ev.SegmentKind.XLA for s in segments),
+                compiles=sum(c.count for c in graph_compiles),
+                compile_seconds=sum(c.seconds for c in graph_compiles),
+                extraction_seconds=(partition.t - partition.start) if partition else None,
+                executions_per_call=last.executions if last else 0,
+                transfers_per_call=(last.transfers_to_device + last.transfers_from_device) if last else 0,
+                bytes_per_call=(last.bytes_to_device + last.bytes_from_device) if last else 0,
+                seconds_per_call=steady_seconds / steady_calls if steady_calls else None,
+                cpu_fallback_seconds_per_call=steady_cpu / steady_calls if steady_calls else 0.0,
+                calls=calls,
+                segments=[Segment(s.kind.value, list(s.ops)) for s in segments],
+                hashes=[h.hash for h in hashes], hlo_files=[h.hlo_file for h in hashes],
+                graph=bridge.graph, pid=self.pid,
+            ))
+            for segment in segments:
+                if segment.kind != ev.SegmentKind.CPU or segment.node is None:
+                    continue
+                node = segment.node
+                fell_back = bool(node.fallback_ops)
+                op = node.fallback_ops[0] if fell_back else node.op
+                cause = causes.classify_hlo_break(op, fell_back=fell_back)
+                self.report.hlo_breaks.append(HloBreak(
+                    op=op, category=cause.category, suggestion=cause.suggestion, graph=index, node=node.name,
+                    **self._where(self._callers(bridge.compile_id) + list(node.frames)),
+                ))
+        self._cpu_only_findings()
+
+    def _cpu_only_findings(self) -> None:
+        """One finding per FX graph of Dynamo compiled for XLA with every tensor on the CPU."""
+        ours = [g for g in self.report.xla_graphs if g.pid == self.pid]
+        cpu_only = {e.compile_id for e in self.of(ev.CompilePath) if e.cpu_only}
+        cpu_only |= {b.compile_id for b in self.of(ev.BridgeGraph) if b.input_devices == ["cpu"]}
+        for compile_id in sorted(cpu_only):
+            graphs = [g.index for g in ours if g.compile_id == compile_id]
+            self.report.findings.append(Finding(
+                "cpu-only-graph",
+                f"the FX graph of compile id {compile_id} ran entirely on the CPU: its tensors are not on "
+                "the XLA device. Move the model and its inputs there (.to(torch_xla.device())); a graph "
+                "meant for the CPU compiles faster with backend='inductor'.",
+                graph=graphs[0] if graphs else None,
+            ))
+
+
+def _group_recompiles(recompiles: Sequence[Recompile]) -> list[RecompileGroup]:
+    groups: dict[tuple[str, int, str], list[Recompile]] = {}
+    for recompile in recompiles:
+        groups.setdefault((recompile.filename, recompile.lineno, recompile.function), []).append(recompile)
+    return [
+        RecompileGroup(filename, lineno, function, len(items), items[0].reason, items[-1].reason, items[-1].category)
+        for (filename, lineno, function), items in groups.items()
+    ]

@@ -19,7 +19,7 @@ def _start_collecting() -> None:
     try:
         from xlabridge.diagnostics import _process
 
-        _process.collect_until_exit(directory)
+        _process.observe_until_exit(directory, capture_hlo=_env.get(_env.CAPTURE_HLO) == "1")
     except Exception as error:
         sys.stderr.write(f"xlabridge: diagnostics are off in this process ({type(error).__name__}: {error})\n")
 

@@ -1,4 +1,4 @@
-"""The terminal table and the HTML page of a hand-built report.
+"""The text and HTML views of a hand-built report: the same sections, rendered twice.
 
 The HTML is read back with ``html.parser`` (an independent parser), the embedded JSON with
 ``json`` and ``Report.from_dict``; expected counts come from the report's own segments.
@@ -12,16 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from xlabridge.diagnostics import render
 from xlabridge.diagnostics.report import (
     DynamoBreak,
     DynamoGraph,
     HloBreak,
     Recompile,
+    RecompileGroup,
     Report,
     Segment,
+    TimeSplit,
     XlaGraph,
 )
+from xlabridge.diagnostics.views import html as html_view
+from xlabridge.diagnostics.views import sections
+from xlabridge.diagnostics.views import text as text_view
 
 _VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "source"}
 _SVG_EMPTY = {"rect", "line", "circle", "path"}  # written as <x .../>, reported as startendtag
@@ -48,11 +52,18 @@ def _report(cwd: Path, segments: list[list[Segment]] | None = None) -> Report:
                 suggestion="Keep it a 0-dim tensor and use it in tensor ops " * 4,
             )
         ],
-        recompiles=[Recompile("tensor 'x' size mismatch at index 0", "/elsewhere/loop.py", 9, "train_step")],
+        recompiles=[
+            Recompile(f"0/{n}: tensor 'x' size mismatch at index 0. expected {n}", "/elsewhere/loop.py", 9, "train_step")
+            for n in (1, 2, 3)
+        ],
+        recompile_groups=[RecompileGroup("/elsewhere/loop.py", 9, "train_step", 3,
+                                         "0/1: tensor 'x' size mismatch at index 0. expected 1",
+                                         "0/3: tensor 'x' size mismatch at index 0. expected 3", "shape-change")],
+        time=[TimeSplit(pid=1, wall=10.0, tracing=2.5, xla_compile=1.5, execution=4.0, cpu_fallback=0.5, other=1.5)],
         xla_graphs=[
             XlaGraph(i, f"{i}/0", "forward", fx_ops=sum(len(s.ops) for s in segs),
                      xla_graphs=sum(s.kind == "xla" for s in segs), compiles=2, executions_per_call=2,
-                     transfers_per_call=2, calls=3, segments=segs)
+                     transfers_per_call=2, bytes_per_call=512, seconds_per_call=0.004, calls=3, segments=segs)
             for i, segs in enumerate(segments)
         ],
         hlo_breaks=[HloBreak("aten::exp2", "cpu-fallback", str(cwd / "pkg" / "layers.py"), 17, "act", EXP2_SUGGESTION)],
@@ -130,38 +141,68 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Report:
 
 
 def test_table_names_every_break_and_count(report: Report) -> None:
-    table = render.format_table(report)
+    table = text_view.render(report)
     assert str(report) == table
     for text in ("pkg/model.py:42 (forward)", "tensor-item", "Unsupported Tensor.item() call",
                  "pkg/layers.py:17 (act)", "aten::exp2", "cpu-fallback",
                  "/elsewhere/loop.py:9 (train_step)", "tensor 'x' size mismatch at index 0",
-                 "2 graphs, 1 break, 1 recompile", "2 FX graphs through the XLA bridge, 1 break",
+                 "2 graphs, 1 break, 3 recompiles", "2 FX graphs through the XLA bridge, 1 break",
                  "torch 2.9.0", "torch_xla 2.9.0", "PJRT CPU", "TPU v5litepod-8", HOSTILE):
-        assert text in table, text
+        assert text in table or text in " ".join(table.split()), text
     assert "Explanation" not in table  # only the first line of a reason
     words = table.split()
     assert "pkg/model.py:42" in words and "pkg/layers.py:17" in words  # under the cwd: relative
     assert "/elsewhere/loop.py:9" in words  # outside it: as recorded
-    assert max(len(line) for line in table.splitlines()) <= render.WIDTH
+    assert max(len(line) for line in table.splitlines()) <= text_view.WIDTH
+
+
+def test_time_split_names_every_share_with_seconds_and_percent(report: Report) -> None:
+    lines = text_view.render(report).splitlines()
+    start = lines.index("Time: 10.00 s wall, split into exclusive shares")
+    assert lines[start + 1].split() == ["tracing", "XLA", "compile", "execution", "CPU", "fallback", "other"]
+    cells = [cell.strip() for cell in lines[start + 2].strip().split("  ") if cell.strip()]
+    assert cells == ["2.50 s (25%)", "1.50 s (15%)", "4.00 s (40%)", "500.0 ms (5%)", "1.50 s (15%)"]
+
+
+def test_recompiles_of_one_location_are_one_row_with_count_first_and_last_reason(report: Report) -> None:
+    lines = text_view.render(report).splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("Recompiles:")))
+    assert lines[start] == "Recompiles: 3 at 1 location"
+    block = " ".join(" ".join(lines[start + 1:]).split())
+    assert block.count("/elsewhere/loop.py:9") == 1
+    assert "expected 1" in block and "expected 3" in block and "expected 2" not in block
+
+
+def test_both_views_render_the_same_sections(report: Report, tmp_path: Path) -> None:
+    built = sections.build(report)
+    table = text_view.render(report)
+    page = _parse(html_view.write(report, tmp_path / "r.html"))
+    html_text = " ".join(page.text)
+    for section in built:
+        if section.title and section.key != "environment":
+            assert f"{section.title}:" in table and section.title in html_text, section.title
+        for table_model in section.tables:
+            for row in table_model.rows:
+                assert row[0] in html_text
 
 
 def test_table_rows_per_xla_graph(report: Report) -> None:
-    lines = render.format_table(report).splitlines()
+    lines = text_view.render(report).splitlines()
     for graph in report.xla_graphs:
-        row = [str(graph.index), graph.role, str(graph.fx_ops), str(graph.xla_graphs), str(graph.compiles),
-               str(graph.executions_per_call), str(graph.transfers_per_call)]
-        assert any(line.split() == row for line in lines), row
+        row = [str(graph.index), graph.role, str(graph.fx_ops), str(graph.xla_graphs), str(graph.compiles)]
+        tail = [str(graph.executions_per_call), str(graph.transfers_per_call), str(graph.bytes_per_call)]
+        assert any(line.split()[:5] == row and line.split()[7:10] == tail for line in lines), row
 
 
 def test_table_wraps_long_suggestions_instead_of_cutting_them(report: Report) -> None:
-    table = render.format_table(report)
+    table = text_view.render(report)
     words = report.dynamo_breaks[0].suggestion.split()
     assert " ".join(table.split()).count(" ".join(words[:6])) >= 1
     assert table.split().count("tensor") >= words.count("tensor")
 
 
 def test_empty_report_says_so() -> None:
-    table = render.format_table(Report())
+    table = text_view.render(Report())
     assert "no graphs observed" in table
     assert "Dynamo:" not in table
 
@@ -192,7 +233,7 @@ def test_one_svg_per_fx_graph_with_its_boxes(kinds: list[str], tmp_path: Path) -
         for i, kind in enumerate(kinds)
     ]
     report = _report(tmp_path, [segments, [Segment("xla", ["aten::sum"])]])
-    page = _parse(render.write_html(report, tmp_path / "r.html"))
+    page = _parse(html_view.write(report, tmp_path / "r.html"))
     assert len(page.svgs) == len(report.xla_graphs)
     first = page.svgs[0]
     cuts = sum(a != b for a, b in zip(kinds, kinds[1:]))
@@ -231,7 +272,7 @@ def test_html_escapes_text(report: Report, tmp_path: Path) -> None:
 
 
 def test_empty_report_html(tmp_path: Path) -> None:
-    page = _parse(render.write_html(Report(), tmp_path / "empty.html"))
+    page = _parse(html_view.write(Report(), tmp_path / "empty.html"))
     assert page.errors == []
     assert page.svgs == []
     assert "no graphs observed" in "".join(page.text)

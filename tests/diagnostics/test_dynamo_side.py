@@ -1,0 +1,98 @@
+"""Dynamo's side of the diagnostics on CPU tensors, with no XLA involved: what runs on a machine
+without torch_xla (the newest torch). Breaks and op counts against ``torch._dynamo.explain``,
+recompiles against the shapes the test changes, locations against this file's lines."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import xlabridge.diagnostics as xd
+from tests.diagnostics.test_explain import DYNAMO_CASES
+from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics.report import Report
+
+
+def _line_of(fn, marker: str) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if marker in line)
+
+
+@pytest.mark.parametrize(("fn", "category"), DYNAMO_CASES, ids=[f.__name__ for f, _ in DYNAMO_CASES])
+def test_breaks_on_cpu_match_torch_dynamo_explain(fn, category):
+    x = torch.randn(16)
+    expected = torch._dynamo.explain(fn)(x)
+    report = xd.explain(fn, backend="aot_eager")(x)
+    assert report.graph_count == expected.graph_count
+    assert [g.op_count for g in report.dynamo_graphs] == [len(ops) for ops in expected.ops_per_graph]
+    assert [b.reason for b in report.dynamo_breaks] == [r.reason.splitlines()[0] for r in expected.break_reasons]
+    (only,) = report.dynamo_breaks
+    assert only.category == category
+    assert (only.filename, only.function) == (inspect.getsourcefile(fn), fn.__name__)
+    assert all(p.state == "ok" for p in report.probes), report.probes
+
+
+def test_recompiles_carry_the_guard_and_the_user_s_line():
+    def scaled(x):
+        return x * 2
+
+    compiled = torch.compile(scaled, backend="aot_eager", dynamic=False)
+    with xd.diagnose() as report:
+        for size in (4, 8, 8, 16):
+            compiled(torch.randn(size))
+    assert report.graph_count == 3
+    assert [r.category for r in report.recompiles] == ["shape-change"] * 2
+    assert all("size mismatch" in r.reason for r in report.recompiles)
+    assert {(r.filename, r.lineno, r.function) for r in report.recompiles} == {
+        (__file__, _line_of(scaled, "def scaled"), "scaled")
+    }
+
+
+def test_a_recompile_for_another_backend_says_so():
+    def doubled(x):
+        return x * 2
+
+    x = torch.randn(4)
+    torch.compile(doubled, backend="eager")(x)
+    with xd.diagnose() as report:
+        torch.compile(doubled, backend="aot_eager")(x)
+    (recompile,) = report.recompiles
+    assert recompile.category == "another-backend" and "another backend" in recompile.reason
+
+
+def test_recompiles_of_a_compiled_torch_module_point_at_the_calling_line():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    compiled = torch.compile(model, backend="aot_eager", dynamic=False)
+    with xd.diagnose() as report:
+        for rows in (2, 3, 5):
+            compiled(torch.randn(rows, 4))  # CALL
+    line = _line_of(test_recompiles_of_a_compiled_torch_module_point_at_the_calling_line, "# CALL")
+    assert [(r.filename, r.lineno) for r in report.recompiles] == [(__file__, line)] * 2
+    assert [(g.filename, g.lineno) for g in report.dynamo_graphs] == [(__file__, line)] * 3
+    (group,) = report.recompile_groups
+    assert group.count == 2 and "expected 2, actual 3" in group.first_reason
+
+
+def test_a_cpu_run_round_trips_through_its_log_and_its_time_adds_up(tmp_path: Path):
+    def step(x):
+        y = x.sin()
+        print(end="")  # a Dynamo graph break
+        return y.cos()
+
+    compiled = torch.compile(step, backend="aot_eager", dynamic=False)
+    began = time.perf_counter()
+    with xd.diagnose(log=tmp_path / "events.jsonl") as report:
+        for size in (8, 8, 16):
+            compiled(torch.randn(size, requires_grad=True)).sum().backward()
+        wall = time.perf_counter() - began
+    assert Report.from_events(ev.read_log(tmp_path / "events.jsonl").events) == report
+    (split,) = report.time
+    shares = [split.tracing, split.xla_compile, split.execution, split.cpu_fallback, split.other]
+    assert all(share >= 0 for share in shares)
+    assert sum(shares) == pytest.approx(wall, rel=0.05)
+    assert split.tracing > 0.5 * wall  # compiling dominates three calls of a tiny function
+    assert split.xla_compile == split.execution == split.cpu_fallback == 0

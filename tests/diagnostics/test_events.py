@@ -1,0 +1,90 @@
+"""Event logs: every event type survives a JSON-lines round trip, and readers are lenient
+within a schema (unknown fields ignored, missing ones defaulted, unknown types skipped) and
+strict across schemas."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from xlabridge.diagnostics import events as ev
+
+STAMP = {"t": 12.5, "pid": 4242, "rank": 1, "world": 4}
+FRAME = ev.Frame("/home/u/train.py", 17, "forward")
+NODE = ev.CpuNode("exp2", "aten::exp2", ("aten::exp2",), (FRAME,))
+
+ONE_OF_EACH: list[ev.Event] = [
+    ev.ProcessStart(**STAMP, wall_time=1.7e9, environment={"torch": "2.9.0"},
+                    framework_paths={"torch": ["/site/torch"]}, main_file="/home/u/train.py"),
+    ev.ProbeStatus(**STAMP, probe="xla.bridge", state=ev.ProbeState.UNAVAILABLE, reason="gone",
+                   surface="dynamo_bridge.extract_internal", patch=True, sees="segments"),
+    ev.DynamoCompile(**STAMP, compile_id="0/1", trigger="dynamo", start=11.0, caller_frames=[FRAME]),
+    ev.GraphCaptured(**STAMP, compile_id="0/0", backend="openxla", op_count=3, ends_in_break=True, frames=[FRAME]),
+    ev.GraphBreak(**STAMP, compile_id="0/0", reason="Failed to trace builtin operator\n  Explanation: ...",
+                  frames=[FRAME]),
+    ev.Recompile(**STAMP, compile_id="0/1", reason="0/0: tensor 'x' size mismatch", code=FRAME),
+    ev.CompilePath(**STAMP, compile_id="0/0", target="xla", path="forward-only", reason="no grad mode", cpu_only=True),
+    ev.BridgeGraph(**STAMP, graph=0, compile_id="0/0", role="forward", fx_ops=5, input_devices=["xla"]),
+    ev.Partitioned(**STAMP, graph=0, start=12.0, segments=[
+        ev.SegmentRecord(ev.SegmentKind.XLA, ("aten::mul", "aten::sin")),
+        ev.SegmentRecord(ev.SegmentKind.CPU, ("aten::exp2",), NODE),
+    ]),
+    ev.XlaGraphSeen(**STAMP, graph=0, segment=0, hash="ab12", origin=ev.GraphOrigin.DYNAMO, hlo_file="x.hlo/1.pb"),
+    ev.XlaCompile(**STAMP, graph=0, phase=ev.XlaPhase.EXTRACTION, count=2, seconds=0.75),
+    ev.GraphCalled(**STAMP, graph=0, call=2, start=12.4, executions=2, transfers_to_device=1,
+                   transfers_from_device=1, bytes_to_device=256, bytes_from_device=256, cpu_fallback_seconds=0.01),
+    ev.GraphCalls(**STAMP, graph=0, calls=97, seconds=1.25, cpu_fallback_seconds=0.5),
+    ev.Transfer(**STAMP, to_device=3, from_device=4, bytes_to_device=10, bytes_from_device=20),
+    ev.ProcessEnd(**STAMP, start=1.0, environment={"torch_xla": "2.9.0"}),
+]
+
+
+def test_the_sample_covers_every_event_type() -> None:
+    assert {type(e).type for e in ONE_OF_EACH} == set(ev.EventType)
+
+
+def test_every_event_type_round_trips_through_a_log(tmp_path: Path) -> None:
+    path = ev.write_log(ONE_OF_EACH, tmp_path / "events.jsonl")
+    lines = path.read_text().splitlines()
+    assert len(lines) == len(ONE_OF_EACH)
+    assert [json.loads(line)["type"] for line in lines] == [e.type.value for e in ONE_OF_EACH]
+    contents = ev.read_log(path)
+    assert contents.skipped == 0
+    assert contents.events == ONE_OF_EACH
+
+
+def test_each_line_is_flat_json_with_the_type_tag_and_the_process(tmp_path: Path) -> None:
+    data = json.loads(ev.write_log(ONE_OF_EACH[3:4], tmp_path / "e.jsonl").read_text())
+    assert data["type"] == "graph_captured"
+    assert (data["pid"], data["rank"], data["world"], data["t"]) == (4242, 1, 4, 12.5)
+    assert data["frames"] == [{"filename": "/home/u/train.py", "lineno": 17, "function": "forward"}]
+
+
+def test_readers_ignore_unknown_fields_default_missing_ones_and_skip_unknown_types(tmp_path: Path) -> None:
+    path = tmp_path / "newer.jsonl"
+    start = ev.to_dict(ONE_OF_EACH[0])
+    captured = ev.to_dict(ONE_OF_EACH[3])
+    captured["field_from_the_future"] = {"x": 1}
+    del captured["frames"]
+    lines = [start, captured, {"type": "collective", "t": 1.0, "pid": 1, "bytes": 1024}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    contents = ev.read_log(path)
+    assert contents.skipped == 1
+    assert contents.events[1] == dataclasses.replace(ONE_OF_EACH[3], frames=[])
+
+
+def test_a_log_of_another_schema_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps({**ev.to_dict(ONE_OF_EACH[0]), "schema": "xlabridge.events/0"}) + "\n")
+    with pytest.raises(ValueError, match=r"schema must be 'xlabridge.events/1', got 'xlabridge.events/0'"):
+        ev.read_log(path)
+
+
+def test_a_corrupt_line_names_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(ev.to_dict(ONE_OF_EACH[0])) + "\n{not json\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: not a JSON line"):
+        ev.read_log(path)

@@ -1,0 +1,144 @@
+"""Installs the probes for the active recorders, and keeps what each could see.
+
+``install`` runs when the first recorder starts and ``restore`` when the last one stops: every
+patch and registration goes through one ``Installation``. A probe whose surface is missing is
+``unavailable``; one that did not fire where it should have (``selftest``, ``cross_check``) is
+``silent``. Either gives one ``DiagnosticsWarning`` naming the probe, in this process, and a
+``probe_status`` event to every recorder, so each report says what it could not see.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Sequence
+
+from xlabridge.diagnostics import _recorder
+from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._probes import (
+    Installation,
+    ProbeInfo,
+    Status,
+    dynamo_compiles,
+    dynamo_graphs,
+    xla_bridge,
+    xla_helper,
+    xla_metrics,
+)
+from xlabridge.errors import DiagnosticsWarning
+
+logger = logging.getLogger(__name__)
+
+PROBES: tuple[ProbeInfo, ...] = (
+    dynamo_compiles.INFO, dynamo_graphs.INFO, xla_helper.INFO, xla_bridge.INFO, xla_metrics.INFO,
+)
+"""Every probe, in the order the report lists them."""
+
+_INSTALLED_AT_START = (dynamo_compiles, dynamo_graphs, xla_helper)
+"""Probes installed when observation starts; the bridge's are installed per extraction."""
+
+_installation: Installation | None = None
+_statuses: dict[str, Status] = {}
+_warned: set[str] = set()
+
+
+def installed() -> bool:
+    return _installation is not None
+
+
+def statuses() -> list[Status]:
+    """Each probe's status, in ``PROBES`` order."""
+    return [_statuses.setdefault(info.name, Status(info)) for info in PROBES]
+
+
+def _set(info: ProbeInfo, state: ev.ProbeState, reason: str) -> None:
+    status = _statuses.setdefault(info.name, Status(info))
+    if status.state == state and status.reason == reason:
+        return
+    status.state, status.reason = state, reason
+    message = (
+        f"xlabridge diagnostics: probe {info.name!r} ({info.surface}) is {state.value}: {reason}. "
+        f"The report lacks {info.sees}; the model runs unchanged."
+    )
+    logger.debug("%s", message)
+    _recorder.emit(status.event(_recorder.stamp()))
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, DiagnosticsWarning, stacklevel=4)
+
+
+def unavailable(info: ProbeInfo, reason: str) -> None:
+    """``info``'s upstream surface is missing or changed."""
+    _set(info, ev.ProbeState.UNAVAILABLE, reason)
+
+
+def silent(info: ProbeInfo, reason: str) -> None:
+    """``info`` did not fire where it should have."""
+    _set(info, ev.ProbeState.SILENT, reason)
+
+
+def install() -> None:
+    """Install every probe (first recorder); a failing one is marked unavailable."""
+    global _installation
+    _statuses.clear()
+    _installation = Installation()
+    for module in _INSTALLED_AT_START:
+        try:
+            module.install(_installation)
+        except Exception as error:  # the surface moved in this torch release
+            unavailable(module.INFO, f"cannot be installed ({type(error).__name__}: {error})")
+    if xla_metrics.loaded():
+        try:
+            xla_bridge.check()
+        except Exception as error:
+            unavailable(xla_bridge.INFO, f"{type(error).__name__}: {error}")
+
+
+def restore() -> None:
+    """Remove every patch and registration (last recorder)."""
+    global _installation
+    if _installation is not None:
+        _installation.restore()
+        _installation = None
+
+
+def cross_check(events: Sequence[ev.Event]) -> None:
+    """In-run liveness checks: facts one probe saw that imply another should have fired."""
+    def of(kind: type[ev.Event]) -> list:
+        return [e for e in events if isinstance(e, kind)]
+
+    captured = {e.compile_id for e in of(ev.GraphCaptured)}
+    timed = {e.compile_id for e in of(ev.DynamoCompile)}
+    bridged = of(ev.BridgeGraph)
+    partitioned = {e.graph for e in of(ev.Partitioned)}
+    first_calls = [e for e in of(ev.GraphCalled) if e.call == 1]
+    not_yet = {s.info.name for s in statuses() if s.state != ev.ProbeState.OK}
+
+    missing = sorted({b.compile_id for b in bridged if b.compile_id and b.compile_id not in captured})
+    if missing and dynamo_graphs.INFO.name not in not_yet:
+        silent(dynamo_graphs.INFO, f"graphs of compile ids {', '.join(missing)} reached torch_xla's bridge, "
+               "but no Dynamo graph was recorded for them")
+    untimed = sorted(captured - timed)
+    if untimed and dynamo_compiles.INFO.name not in not_yet:
+        silent(dynamo_compiles.INFO, f"Dynamo compiled {', '.join(untimed)} without its compile callbacks running")
+    xla_backends = {"openxla", "openxla_eval"}
+    to_xla = {e.compile_id for e in of(ev.GraphCaptured) if e.backend in xla_backends}
+    to_xla |= {e.compile_id for e in of(ev.CompilePath) if e.target == "xla"}
+    unbridged = sorted(to_xla - {b.compile_id for b in bridged})
+    if unbridged and xla_helper.INFO.name not in not_yet:
+        silent(xla_helper.INFO, f"graphs {', '.join(unbridged)} went to an XLA backend, but none reached "
+               "torch_xla's bridge through xla_backend_helper")
+    unpartitioned = sorted({c.graph for c in first_calls} - partitioned)
+    if unpartitioned and xla_bridge.INFO.name not in not_yet:
+        silent(xla_bridge.INFO, f"bridge graphs {unpartitioned} ran their first call, but no partitioning was seen")
+    with_xla = {e.graph for e in of(ev.Partitioned) if any(s.kind == ev.SegmentKind.XLA for s in e.segments)}
+    calls = [c for c in of(ev.GraphCalled) if c.graph in with_xla]
+    if calls and not any(c.executions for c in calls) and xla_metrics.INFO.name not in not_yet:
+        silent(xla_metrics.INFO, "graphs with XLA segments ran, but torch_xla's execution metric did not move")
+
+
+def emit_statuses(recorder: _recorder.Recorder) -> None:
+    """Give ``recorder`` the current status of every probe."""
+    stamp = _recorder.stamp()
+    for status in statuses():
+        recorder.add(status.event(stamp))

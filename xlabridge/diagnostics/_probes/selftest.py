@@ -1,0 +1,177 @@
+"""Does every probe see, on this torch and torch_xla? A tiny compile that must fire each one.
+
+It runs in a child process, so that it disturbs nothing of the user's (no pending lazy
+tensors, RNG draws, torch_xla metrics or Dynamo caches), once per (torch, torch_xla,
+xlabridge, probe sources) combination: the result is kept in the user's cache directory
+(``~/.cache/xlabridge/probes/``). Observation starts it in the background and reads it when
+the observation ends; a probe that did not fire is then marked ``silent``.
+
+The program compiles, with ``openxla``, a function with a Dynamo graph break and a CPU
+fallback (``torch.exp2``), calls it past the fully measured calls, runs its backward (a
+deferred backward compilation) and recompiles it for a new shape; then compiles one graph
+with ``xlabridge``. Without torch_xla the Dynamo probes are checked with ``aot_eager``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from xlabridge import _env, _optional
+from xlabridge.diagnostics import events as ev
+
+TIMEOUT_SECONDS = 300
+
+
+def expectations(events: Sequence[ev.Event], *, with_xla: bool) -> dict[str, str]:
+    """For each probe, what it failed to record in the self-test's ``events`` ("" if nothing)."""
+
+    def of(kind: type[ev.Event]) -> list:
+        return [e for e in events if isinstance(e, kind)]
+
+    missing: dict[str, list[str]] = {}
+
+    def need(probe: str, ok: bool, what: str) -> None:
+        missing.setdefault(probe, [])
+        if not ok:
+            missing[probe].append(what)
+
+    compiles = of(ev.DynamoCompile)
+    need("dynamo.compiles", any(c.trigger == "dynamo" for c in compiles), "no frame compilation")
+    need("dynamo.compiles", any(c.trigger == "lazy_backward" for c in compiles), "no deferred backward compilation")
+    need("dynamo.compiles", any(r.reason for r in of(ev.Recompile)), "no recompilation with a reason")
+    graphs = of(ev.GraphCaptured)
+    need("dynamo.graphs", any(g.backend != "xlabridge" for g in graphs), "no graph of another backend")
+    need("dynamo.graphs", bool(of(ev.GraphBreak)), "no graph break")
+    if with_xla:
+        need("dynamo.graphs", any(g.backend == "xlabridge" for g in graphs), "no graph of the xlabridge backend")
+        bridged = of(ev.BridgeGraph)
+        need("xla.helper", any(b.role == "forward" for b in bridged), "no forward graph")
+        need("xla.helper", any(b.role == "backward" for b in bridged), "no backward graph")
+        need("xla.helper", bool(of(ev.GraphCalls)), "no summed later calls")
+        partitions = of(ev.Partitioned)
+        need("xla.bridge", any(s.node and s.node.fallback_ops for p in partitions for s in p.segments),
+             "no CPU node with fallback ops")
+        need("xla.bridge", bool(of(ev.XlaGraphSeen)), "no XLA graph hash")
+        need("xla.metrics", any(c.executions for c in of(ev.GraphCalled)), "no execution counted")
+        need("xla.metrics", any(c.phase == ev.XlaPhase.EXTRACTION and c.count for c in of(ev.XlaCompile)),
+             "no XLA compilation counted")
+    return {probe: "; ".join(items) for probe, items in missing.items()}
+
+
+def _program() -> dict[str, str]:
+    """Run in the child: compile and call the probe-firing functions, return ``expectations``."""
+    import torch
+
+    from xlabridge.diagnostics import _recorder, _session
+
+    with_xla = _optional.is_available("torch_xla")
+    recorder = _recorder.Recorder()
+    _session.start(recorder, selftest_run=False)
+    try:
+        def step(x: torch.Tensor) -> torch.Tensor:
+            y = torch.exp2((x * 3).sin())
+            print(end="")  # a Dynamo graph break
+            return y.cos()
+
+        if with_xla:
+            import torch_xla
+
+            device, backend = torch_xla.device(), "openxla"
+        else:
+            device, backend = torch.device("cpu"), "aot_eager"
+        compiled = torch.compile(step, backend=backend, dynamic=False)
+        for size in (8, 8, 8, 8, 8, 16):
+            x = torch.randn(size, device=device, requires_grad=True)
+            compiled(x).sum().backward()
+            if with_xla:
+                torch_xla.sync()
+        if with_xla:
+            torch.compile(lambda x: x * 2, backend="xlabridge")(torch.randn(4, device=device))
+            torch_xla.sync()
+    finally:
+        _session.stop(recorder)
+    return expectations(recorder.events, with_xla=with_xla)
+
+
+def _versions_key() -> str:
+    from importlib import metadata
+
+    import torch
+
+    import xlabridge
+
+    try:
+        xla = metadata.version("torch_xla") if _optional.is_available("torch_xla") else "none"
+    except metadata.PackageNotFoundError:
+        xla = "none"
+    sources = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        sources.update(path.read_bytes())
+    return f"torch-{torch.__version__}_xla-{xla}_xlabridge-{xlabridge.__version__}_{sources.hexdigest()[:12]}"
+
+
+def cache_path() -> Path:
+    return _env.cache_home() / "xlabridge" / "probes" / f"{_versions_key()}.json"
+
+
+class Run:
+    """A self-test: read from the cache, or running in a child process."""
+
+    def __init__(self) -> None:
+        self.path = cache_path()
+        self.result: dict[str, str] | None = None
+        self.error = ""
+        self._child: subprocess.Popen[str] | None = None
+        if self.path.is_file():
+            try:
+                self.result = json.loads(self.path.read_text(encoding="utf-8"))
+                return
+            except (OSError, ValueError):
+                pass
+        env = dict(os.environ)
+        env.pop(_env.REPORT_DIR, None)  # the child must not write a report of its own
+        env[_env.PJRT_DEVICE] = "CPU"
+        self._child = subprocess.Popen(
+            [sys.executable, "-c", "from xlabridge.diagnostics._probes import selftest; selftest.main()"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+
+    def wait(self) -> dict[str, str] | None:
+        """The result (``{probe: what did not fire}``), waiting for the child if it runs."""
+        if self._child is None:
+            return self.result
+        child, self._child = self._child, None
+        try:
+            out, err = child.communicate(timeout=TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            self.error = f"the self-test did not finish in {TIMEOUT_SECONDS} s"
+            return None
+        lines = out.strip().splitlines()
+        try:
+            self.result = json.loads(lines[-1]) if child.returncode == 0 and lines else None
+        except ValueError:
+            self.result = None
+        if self.result is None:
+            self.error = f"the self-test failed (exit {child.returncode}): {err.strip()[-400:]}"
+            return None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(self.result), encoding="utf-8")
+        partial.replace(self.path)
+        return self.result
+
+
+def main() -> None:
+    print(json.dumps(_program()))
+
+
+if __name__ == "__main__":
+    main()

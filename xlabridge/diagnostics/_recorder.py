@@ -1,0 +1,129 @@
+"""Where the probes send their events, and who receives them.
+
+A ``Recorder`` keeps the events of one ``diagnose()`` block (or of one process run under
+``xlabridge report``). Probes call ``emit``; every active recorder gets the event. With no
+recorder active, ``active()`` is false and the probes do nothing but call the originals.
+
+``safely`` runs a probe's bookkeeping: an exception there becomes one ``DiagnosticsWarning``
+naming the probe and a ``probe_status`` event (state ``failed``), and the user's run goes on
+as if nothing observed it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from xlabridge import _env
+from xlabridge.diagnostics import events as ev
+from xlabridge.errors import DiagnosticsWarning
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Recorder:
+    """The events of one observation, in memory; ``log`` also gets them as JSON lines at the end.
+
+    ``capture_hlo`` asks the bridge probe to save each XLA graph's HLO module proto beside
+    ``log`` (``<log>.hlo/<pid>-<graph>-<segment>.pb``), for views that compile or read them.
+    """
+
+    def __init__(self, *, log: str | os.PathLike[str] | None = None, capture_hlo: bool = False) -> None:
+        if capture_hlo and log is None:
+            raise ValueError("diagnose: capture_hlo=True needs log=PATH (the HLO files are written beside the log)")
+        self.events: list[ev.Event] = []
+        self.log = Path(log) if log is not None else None
+        self.capture_hlo = capture_hlo
+        self.warned: set[str] = set()
+
+    def add(self, event: ev.Event) -> None:
+        self.events.append(event)
+
+    def hlo_path(self, name: str) -> tuple[Path, str]:
+        """Where to write the HLO file ``name``, and its name relative to the log's directory."""
+        assert self.log is not None
+        directory = self.log.with_name(self.log.name + ".hlo")
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory / name, f"{directory.name}/{name}"
+
+    def write(self) -> Path | None:
+        """Write the events to ``log`` (when one was given)."""
+        if self.log is None:
+            return None
+        return ev.write_log(self.events, self.log)
+
+
+_ACTIVE: list[Recorder] = []
+
+
+def active() -> bool:
+    """Whether any recorder is receiving events."""
+    return bool(_ACTIVE)
+
+
+def recorders() -> list[Recorder]:
+    """The active recorders, oldest first."""
+    return list(_ACTIVE)
+
+
+def attach(recorder: Recorder) -> None:
+    _ACTIVE.append(recorder)
+
+
+def detach(recorder: Recorder) -> None:
+    if recorder in _ACTIVE:
+        _ACTIVE.remove(recorder)
+
+
+def _rank_and_world() -> tuple[int | None, int | None]:
+    """From ``torch.distributed`` once initialized, else from the launcher's ``RANK``/``WORLD_SIZE``."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    rank, world = _env.get(_env.RANK), _env.get(_env.WORLD_SIZE)
+    return (int(rank) if rank and rank.isdigit() else None, int(world) if world and world.isdigit() else None)
+
+
+def stamp(t: float | None = None) -> dict[str, Any]:
+    """The fields every event carries: ``t`` (now, unless given), pid, rank and world."""
+    rank, world = _rank_and_world()
+    return {"t": time.monotonic() if t is None else t, "pid": os.getpid(), "rank": rank, "world": world}
+
+
+def emit(event: ev.Event) -> None:
+    """Hand ``event`` to every active recorder."""
+    for recorder in _ACTIVE:
+        recorder.add(event)
+
+
+def warn(probe: str, what: str, error: BaseException | str) -> None:
+    """Report, once per message, that ``probe`` failed at ``what``; the run goes on."""
+    detail = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    message = (
+        f"xlabridge diagnostics: probe {probe!r} failed while {what} ({detail}); "
+        "the model runs unchanged, but the report lacks what this probe sees"
+    )
+    logger.debug("%s", message, exc_info=not isinstance(error, str))
+    fresh = [r for r in _ACTIVE if message not in r.warned]
+    for recorder in fresh:
+        recorder.warned.add(message)
+        recorder.add(ev.ProbeStatus(**stamp(), probe=probe, state=ev.ProbeState.FAILED, reason=message))
+    if fresh:
+        warnings.warn(message, DiagnosticsWarning, stacklevel=3)
+
+
+def safely(probe: str, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    """``fn(*args, **kwargs)``; on an exception, ``warn`` and return ``None``."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as error:  # a bug or an upstream change in the bookkeeping must not stop the user's run
+        warn(probe, what, error)
+        return None

@@ -1,0 +1,449 @@
+"""The events the probes emit, one JSON line each: the only input of a report.
+
+Every event is a dataclass with a ``type`` tag (``EventType``), the process that emitted it
+(``pid``; ``rank``/``world`` where known) and ``t``, a monotonic timestamp in seconds
+(``time.monotonic()`` of that process; the ``process_start`` event pairs it with the wall
+clock, so logs of several processes can be lined up). A log is a file of JSON lines, one
+event per line, in the order emitted, as torch's structured trace is: ``write_log`` writes
+one, ``read_log`` reads one back. Its first line is the ``process_start`` event, which
+carries the log's schema, ``SCHEMA``.
+
+Readers are lenient within a schema version: a field the reader does not know is ignored, a
+field the log lacks takes its default, and an event type the reader does not know is skipped
+(``read_log`` counts them in ``LogContents.skipped``). A breaking change bumps ``SCHEMA``.
+
+Intervals are given by their end ``t`` and their ``start``; durations are ``t - start``.
+Facts are recorded raw (reason texts, stacks as frames, op names): what they mean (causes,
+suggestions, which frame is the user's) is decided when a report is built from them, so a
+newer xlabridge re-reads an old log with its newer knowledge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+SCHEMA = "xlabridge.events/1"
+
+
+class EventType(str, enum.Enum):
+    """The type tag of each event (its ``type`` field in JSON)."""
+
+    PROCESS_START = "process_start"
+    PROBE_STATUS = "probe_status"
+    DYNAMO_COMPILE = "dynamo_compile"
+    GRAPH_CAPTURED = "graph_captured"
+    GRAPH_BREAK = "graph_break"
+    RECOMPILE = "recompile"
+    COMPILE_PATH = "compile_path"
+    BRIDGE_GRAPH = "bridge_graph"
+    PARTITIONED = "partitioned"
+    XLA_GRAPH = "xla_graph"
+    XLA_COMPILE = "xla_compile"
+    GRAPH_CALLED = "graph_called"
+    GRAPH_CALLS = "graph_calls"
+    TRANSFER = "transfer"
+    PROCESS_END = "process_end"
+
+
+class ProbeState(str, enum.Enum):
+    """What a probe could do in this process."""
+
+    OK = "ok"
+    """Installed, and it saw what it watches (or there was nothing for it to see)."""
+    UNAVAILABLE = "unavailable"
+    """It could not be installed: the upstream surface it reads is missing or changed."""
+    SILENT = "silent"
+    """Installed, but it did not fire where it should have (self-test or a cross-check)."""
+    FAILED = "failed"
+    """It raised while recording; the part of the report it feeds is incomplete."""
+
+
+class SegmentKind(str, enum.Enum):
+    """How a run of FX nodes executed inside one FX graph."""
+
+    XLA = "xla"
+    """One XLA graph."""
+    CPU = "cpu"
+    """One node run outside XLA, on the host."""
+
+
+class XlaPhase(str, enum.Enum):
+    """When an XLA compilation happened, which says what it is nested in."""
+
+    EXTRACTION = "extraction"
+    """While torch_xla's bridge extracted an FX graph's XLA graphs (its first call)."""
+    CALL = "call"
+    """During a later call of a compiled FX graph (the bridge compiled again)."""
+    DYNAMO = "dynamo"
+    """While Dynamo compiled a frame."""
+    OUTSIDE = "outside"
+    """Anywhere else: lazy tensor code outside compiled graphs, ``torch_xla.sync()``."""
+
+
+class GraphOrigin(str, enum.Enum):
+    """Where an XLA graph came from."""
+
+    DYNAMO = "dynamo"
+    """Extracted by torch_xla's Dynamo bridge from an FX graph."""
+    LAZY = "lazy"
+    """Traced lazily (LazyTensor) outside compiled graphs."""
+
+
+def _field(doc: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field documented for ``docs/report-schema.md`` (generated from these)."""
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata={"doc": doc})
+    return dataclasses.field(default=default, metadata={"doc": doc})
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """One Python frame: file, line and function."""
+
+    filename: str = _field("source file, as the process saw it")
+    lineno: int = _field("line in ``filename``")
+    function: str = _field("function name")
+
+
+@dataclasses.dataclass(kw_only=True)
+class Event:
+    """Fields every event carries."""
+
+    type: ClassVar[EventType]
+    t: float = _field("``time.monotonic()`` of the emitting process, in seconds")
+    pid: int = _field("process id")
+    rank: int | None = _field("rank of the process in a distributed run, where known", None)
+    world: int | None = _field("number of processes in the run, where known", None)
+
+
+@dataclasses.dataclass(kw_only=True)
+class ProcessStart(Event):
+    """Observation started in this process: interpreter start-up under ``xlabridge report``,
+    the start of the block under ``diagnose()``. The first event of every log."""
+
+    type: ClassVar[EventType] = EventType.PROCESS_START
+    schema: str = _field("the log's schema, ``xlabridge.events/1``", SCHEMA)
+    wall_time: float = _field("``time.time()`` at ``t``: lines up logs of several processes", 0.0)
+    environment: dict[str, Any] = _field("versions, PJRT device, TPU type, argv (see the report's environment)", factory=dict)
+    framework_paths: dict[str, str] = _field(
+        "package directories of torch, torch_xla, functorch and xlabridge in this process; "
+        "frames outside them, and in ``main_file``, are the user's", factory=dict
+    )
+    main_file: str | None = _field("the ``__main__`` script, user code wherever it lies", None)
+
+
+@dataclasses.dataclass(kw_only=True)
+class ProbeStatus(Event):
+    """What one probe could see in this process."""
+
+    type: ClassVar[EventType] = EventType.PROBE_STATUS
+    probe: str = _field("probe name, such as ``dynamo.compiles``")
+    state: ProbeState = _field("``ok``, ``unavailable``, ``silent`` or ``failed``")
+    reason: str = _field("why, when the state is not ``ok``", "")
+    surface: str = _field("the upstream names it reads or wraps", "")
+    patch: bool = _field("whether it replaces an upstream function with a wrapper", False)
+    sees: str = _field("what the report lacks when this probe cannot see", "")
+
+
+@dataclasses.dataclass(kw_only=True)
+class DynamoCompile(Event):
+    """Dynamo compiled one frame (tracing, plus the backend's compile call), from ``start`` to ``t``."""
+
+    type: ClassVar[EventType] = EventType.DYNAMO_COMPILE
+    compile_id: str = _field("Dynamo's compile id, ``frame/recompile``")
+    trigger: str = _field("``dynamo`` (a frame) or ``lazy_backward`` (AOTAutograd's deferred backward)", "dynamo")
+    start: float = _field("monotonic start, seconds")
+    caller_frames: list[Frame] = _field("the Python stack that called the compiled code, outermost first", factory=list)
+
+
+@dataclasses.dataclass(kw_only=True)
+class GraphCaptured(Event):
+    """Dynamo handed one FX graph to a backend."""
+
+    type: ClassVar[EventType] = EventType.GRAPH_CAPTURED
+    compile_id: str = _field("Dynamo's compile id")
+    backend: str = _field("the backend's name (``xlabridge``, ``openxla``, ...)")
+    op_count: int = _field("call nodes in the FX graph (``torch._dynamo.explain``'s ``op_count``)")
+    ends_in_break: bool = _field("whether the graph ends at a Dynamo graph break", False)
+    frames: list[Frame] = _field("stack of the graph's first op, outermost first", factory=list)
+
+
+@dataclasses.dataclass(kw_only=True)
+class GraphBreak(Event):
+    """A Dynamo graph break ended the FX graph of ``compile_id``."""
+
+    type: ClassVar[EventType] = EventType.GRAPH_BREAK
+    compile_id: str = _field("compile id of the graph the break ends")
+    reason: str = _field("Dynamo's reason, verbatim")
+    frames: list[Frame] = _field("the user stack at the break, outermost first", factory=list)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Recompile(Event):
+    """Dynamo compiled a frame again (``compile_id`` is ``frame/n`` with ``n > 0``)."""
+
+    type: ClassVar[EventType] = EventType.RECOMPILE
+    compile_id: str = _field("compile id of the new compilation")
+    reason: str = _field("the guard failure Dynamo names for it (``frame/n: guard text``); may be empty")
+    code: Frame | None = _field("the code object recompiled", None)
+
+
+@dataclasses.dataclass(kw_only=True)
+class CompilePath(Event):
+    """The ``xlabridge`` backend chose where and how to compile one FX graph."""
+
+    type: ClassVar[EventType] = EventType.COMPILE_PATH
+    compile_id: str = _field("Dynamo's compile id")
+    target: str = _field("``xla`` or ``native``")
+    path: str = _field("``forward-only``, ``aot-autograd`` or ``inductor``")
+    reason: str = _field("why, in a few words")
+    cpu_only: bool = _field("every tensor of the graph is on the CPU (compiled for XLA as ``openxla`` does)", False)
+
+
+@dataclasses.dataclass(kw_only=True)
+class BridgeGraph(Event):
+    """An FX graph reached torch_xla's Dynamo bridge (``openxla``, ``openxla_eval``, ``xlabridge``)."""
+
+    type: ClassVar[EventType] = EventType.BRIDGE_GRAPH
+    graph: int = _field("number of this graph in the process, from 0")
+    compile_id: str = _field("Dynamo's compile id it belongs to", "")
+    role: str = _field("``forward`` or ``backward`` (AOTAutograd's, recognised by its tangents)")
+    fx_ops: int = _field("call nodes in the graph the bridge received")
+    input_devices: list[str] = _field("device types of its tensor inputs (``xla``, ``cpu``)", factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuNode:
+    """One FX node the bridge ran outside XLA."""
+
+    name: str = _field("the FX node's name")
+    op: str = _field("its target, as an aten op name where it is one (``aten::exp2``)")
+    fallback_ops: tuple[str, ...] = _field("aten ops torch_xla ran on the CPU for it (empty: it touched host tensors)", ())
+    frames: tuple[Frame, ...] = _field("the node's ``stack_trace``, outermost first", ())
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentRecord:
+    """A run of consecutive FX nodes executed one way."""
+
+    kind: SegmentKind = _field("``xla`` or ``cpu``")
+    ops: tuple[str, ...] = _field("op names of its nodes, in order")
+    node: CpuNode | None = _field("for a ``cpu`` segment, the node", None)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Partitioned(Event):
+    """The bridge cut a graph into XLA graphs and CPU nodes, from ``start`` to ``t`` (the
+    extraction at its first call: partitioning, tracing, XLA compilation)."""
+
+    type: ClassVar[EventType] = EventType.PARTITIONED
+    graph: int = _field("the ``bridge_graph`` number")
+    start: float = _field("monotonic start of the extraction")
+    segments: list[SegmentRecord] = _field("its nodes in execution order, grouped as run", factory=list)
+
+
+@dataclasses.dataclass(kw_only=True)
+class XlaGraphSeen(Event):
+    """An XLA graph was built (and compiled unless cached) for the device."""
+
+    type: ClassVar[EventType] = EventType.XLA_GRAPH
+    graph: int | None = _field("the ``bridge_graph`` it belongs to (``null`` for a lazy graph)")
+    segment: int = _field("index of its segment in the bridge graph's ``segments``", 0)
+    hash: str = _field("torch_xla's graph hash, hex")
+    origin: GraphOrigin = _field("``dynamo`` or ``lazy``", GraphOrigin.DYNAMO)
+    hlo_file: str | None = _field("HLO module proto saved beside the log (``capture_hlo=True``), relative to it", None)
+
+
+@dataclasses.dataclass(kw_only=True)
+class XlaCompile(Event):
+    """XLA compilations, from torch_xla's ``CompileTime`` metric."""
+
+    type: ClassVar[EventType] = EventType.XLA_COMPILE
+    graph: int | None = _field("the ``bridge_graph`` compiled (``null``: outside compiled graphs)", None)
+    phase: XlaPhase = _field("``extraction``, ``call``, ``dynamo`` or ``outside``")
+    count: int = _field("compilations")
+    seconds: float = _field("their total time")
+
+
+@dataclasses.dataclass(kw_only=True)
+class GraphCalled(Event):
+    """One call of a compiled FX graph, measured in full from torch_xla's metrics (the first
+    few calls of each graph; later ones are summed in ``graph_calls``)."""
+
+    type: ClassVar[EventType] = EventType.GRAPH_CALLED
+    graph: int = _field("the ``bridge_graph`` number")
+    call: int = _field("which call, from 1")
+    start: float = _field("monotonic start of the call (after the extraction, for the first)")
+    executions: int = _field("XLA graph executions it launched (``RunCachedGraphOutputData``)")
+    transfers_to_device: int = _field("host-to-device transfers (``TransferToDeviceTime`` samples)")
+    transfers_from_device: int = _field("device-to-host transfers (``TransferFromDeviceTime`` samples)")
+    bytes_to_device: int = _field("bytes sent to the device (``InboundData``)", 0)
+    bytes_from_device: int = _field("bytes read from the device (``OutboundData``)", 0)
+    cpu_fallback_seconds: float = _field("time in its CPU nodes", 0.0)
+
+
+@dataclasses.dataclass(kw_only=True)
+class GraphCalls(Event):
+    """Later calls of one compiled FX graph, summed: count and time only (reading torch_xla's
+    metrics on every call would cost more than the call)."""
+
+    type: ClassVar[EventType] = EventType.GRAPH_CALLS
+    graph: int = _field("the ``bridge_graph`` number")
+    calls: int = _field("how many calls")
+    seconds: float = _field("their total time")
+    cpu_fallback_seconds: float = _field("time in CPU nodes over those calls", 0.0)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Transfer(Event):
+    """Host-device transfers outside the observed calls of compiled graphs (lazy code,
+    ``.item()``, ``.cpu()``), over the whole observation."""
+
+    type: ClassVar[EventType] = EventType.TRANSFER
+    to_device: int = _field("host-to-device transfers")
+    from_device: int = _field("device-to-host transfers")
+    bytes_to_device: int = _field("bytes sent", 0)
+    bytes_from_device: int = _field("bytes read", 0)
+
+
+@dataclasses.dataclass(kw_only=True)
+class ProcessEnd(Event):
+    """Observation ended: the process exits, or the ``diagnose()`` block ends."""
+
+    type: ClassVar[EventType] = EventType.PROCESS_END
+    start: float = _field("``t`` of this process's ``process_start``")
+    environment: dict[str, Any] = _field(
+        "the environment at the end (torch_xla may be imported after observation starts)", factory=dict
+    )
+    main_file: str | None = _field(
+        "the program being run, as known at the end (under ``xlabridge report`` observation starts "
+        "before ``__main__`` is the user's script)", None
+    )
+
+
+EVENT_CLASSES: dict[EventType, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        ProcessStart, ProbeStatus, DynamoCompile, GraphCaptured, GraphBreak, Recompile, CompilePath,
+        BridgeGraph, Partitioned, XlaGraphSeen, XlaCompile, GraphCalled, GraphCalls, Transfer, ProcessEnd,
+    )
+}
+assert set(EVENT_CLASSES) == set(EventType), "every event type has its class"
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    """The event as JSON-ready data, ``type`` first."""
+    return {"type": event.type.value, **_plain(dataclasses.asdict(event))}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def from_dict(data: dict[str, Any]) -> Event | None:
+    """The event of ``to_dict``'s form; ``None`` for an event type this version does not know."""
+    try:
+        event_type = EventType(data.get("type"))
+    except ValueError:
+        return None
+    cls = EVENT_CLASSES[event_type]
+    return _build(cls, data)
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    """``cls`` from ``data``: unknown keys ignored, nested dataclasses and enums rebuilt."""
+    hints = _field_types(cls)
+    kwargs = {}
+    for field in dataclasses.fields(cls):
+        if field.name in data:
+            kwargs[field.name] = _convert(hints[field.name], data[field.name])
+    return cls(**kwargs)
+
+
+_NESTED = {"Frame": Frame, "CpuNode": CpuNode, "SegmentRecord": SegmentRecord}
+_ENUMS = {"ProbeState": ProbeState, "SegmentKind": SegmentKind, "XlaPhase": XlaPhase, "GraphOrigin": GraphOrigin}
+
+
+def _field_types(cls: type) -> dict[str, str]:
+    """Each field's annotation as written (``from __future__ import annotations``: strings)."""
+    return {field.name: str(field.type) for field in dataclasses.fields(cls)}
+
+
+def _convert(annotation: str, value: Any) -> Any:
+    """Rebuild ``value`` read from JSON for a field annotated ``annotation``."""
+    if value is None:
+        return None
+    for name, cls in _NESTED.items():
+        if annotation.startswith(("list[" + name, "tuple[" + name)):
+            items = [_build(cls, item) for item in value]
+            return items if annotation.startswith("list") else tuple(items)
+        if annotation.startswith(name):
+            return _build(cls, value)
+    for name, enum_cls in _ENUMS.items():
+        if annotation.startswith(name):
+            return enum_cls(value)
+    if annotation.startswith("tuple[") and isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+# --------------------------------------------------------------------------- logs
+
+
+@dataclasses.dataclass
+class LogContents:
+    """What ``read_log`` found: the events it knows, and how many lines it skipped."""
+
+    events: list[Event]
+    skipped: int = 0
+
+
+def write_log(events: Iterable[Event], path: str | Path) -> Path:
+    """Write ``events`` to ``path`` as JSON lines; returns the path."""
+    path = Path(path)
+    with path.open("w", encoding="utf-8") as out:
+        for event in events:
+            out.write(json.dumps(to_dict(event)) + "\n")
+    return path
+
+
+def iter_lines(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a log, one per non-empty line."""
+    with Path(path).open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path}:{number}: not a JSON line ({error.msg})") from None
+
+
+def read_log(path: str | Path) -> LogContents:
+    """Read a log written by ``write_log`` (or a process under ``xlabridge report``).
+
+    Refuses a log of another schema; skips (and counts) event types this version does not know.
+    """
+    contents = LogContents(events=[])
+    for data in iter_lines(path):
+        if data.get("type") == EventType.PROCESS_START.value and data.get("schema", SCHEMA) != SCHEMA:
+            raise ValueError(f"{path}: event log schema must be {SCHEMA!r}, got {data.get('schema')!r}")
+        event = from_dict(data)
+        if event is None:
+            contents.skipped += 1
+        else:
+            contents.events.append(event)
+    return contents

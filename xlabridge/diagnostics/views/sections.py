@@ -1,0 +1,234 @@
+"""The section model: what a report shows, in order, independent of how it is laid out."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from xlabridge.diagnostics.report import Report, TimeSplit, XlaGraph
+
+_ENVIRONMENT_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("torch", ("torch",)),
+    ("torch_xla", ("torch_xla",)),
+    ("PJRT", ("pjrt_device", "xla_device_type")),
+    ("TPU", ("tpu_type",)),
+)
+"""Header labels and the environment keys each is read from, first present wins."""
+
+SHARE_LABELS = (
+    ("tracing", "tracing"),
+    ("xla_compile", "XLA compile"),
+    ("execution", "execution"),
+    ("cpu_fallback", "CPU fallback"),
+    ("other", "other"),
+)
+
+
+@dataclasses.dataclass
+class Table:
+    """Rows under headers; ``caps`` are text column widths (0: the flexible column)."""
+
+    headers: list[str]
+    rows: list[list[str]]
+    caps: list[int]
+
+
+@dataclasses.dataclass
+class Box:
+    """One segment of an FX graph in its picture."""
+
+    xla: bool
+    label: str
+    ops: list[str]
+
+
+@dataclasses.dataclass
+class Figure:
+    """The picture of one FX graph: its segments left to right."""
+
+    graph: int
+    caption: str
+    boxes: list[Box]
+
+
+@dataclasses.dataclass
+class Section:
+    """A titled part of the report: a summary line, tables, pictures, notes."""
+
+    key: str
+    title: str
+    summary: str = ""
+    tables: list[Table] = dataclasses.field(default_factory=list)
+    figures: list[Figure] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 graph``, ``2 graphs``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line of ``text`` (Dynamo's reasons run to many lines)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def short_path(filename: str) -> str:
+    """``filename`` relative to the current directory if it lies under it, else as given."""
+    if not filename or filename.startswith("<"):
+        return filename
+    try:
+        path, here = Path(filename).resolve(), Path.cwd().resolve()
+    except (OSError, RuntimeError):
+        return filename
+    return os.path.relpath(path, here) if path.is_relative_to(here) else filename
+
+
+def where(filename: str, lineno: int, function: str) -> str:
+    """``file:line (function)`` with the file relative to the current directory when inside it."""
+    place = f"{short_path(filename)}:{lineno}"
+    return f"{place} ({function})" if function else place
+
+
+def seconds(value: float | None) -> str:
+    """``1.23 s``, ``45.6 ms``, ``-`` for unknown."""
+    if value is None:
+        return "-"
+    return f"{value:.2f} s" if abs(value) >= 1 else f"{value * 1e3:.1f} ms"
+
+
+def environment_line(report: Report) -> str:
+    """``torch 2.9.0 | torch_xla 2.9.0 | PJRT CPU`` from the known keys."""
+    parts = []
+    for label, keys in _ENVIRONMENT_KEYS:
+        value = next((report.environment[k] for k in keys if report.environment.get(k)), None)
+        if value is not None:
+            parts.append(f"{label} {value}")
+    return " | ".join(parts) or "environment not recorded"
+
+
+def share_cells(split: TimeSplit) -> list[str]:
+    """``2.50 s (25%)`` for each share of ``split``, in ``SHARE_LABELS`` order."""
+    shares = split.shares()
+    return [f"{seconds(getattr(split, key))} ({shares[key]:.0%})" for key, _ in SHARE_LABELS]
+
+
+def _observed(report: Report) -> bool:
+    return bool(report.dynamo_graphs or report.dynamo_breaks or report.xla_graphs or report.hlo_breaks)
+
+
+def _time(report: Report) -> Section | None:
+    if not report.time:
+        return None
+    several = len(report.time) > 1
+    headers = (["pid", "wall"] if several else []) + [label for _, label in SHARE_LABELS]
+    rows = [([str(t.pid), seconds(t.wall)] if several else []) + share_cells(t) for t in report.time]
+    summary = "" if several else f"{seconds(report.time[0].wall)} wall, split into exclusive shares"
+    return Section("time", "Time", summary=summary, tables=[Table(headers, rows, [14] * len(headers))])
+
+
+def _dynamo(report: Report) -> Section:
+    section = Section(
+        "dynamo", "Dynamo",
+        summary=f"{plural(report.graph_count, 'graph')}, {plural(report.break_count, 'break')}, "
+        f"{plural(len(report.recompiles), 'recompile')}",
+    )
+    if report.dynamo_graphs:
+        section.tables.append(Table(
+            ["compile", "backend", "path", "ops", "tracing", "where"],
+            [[g.compile_id, g.backend, g.path or "-", str(g.op_count), seconds(g.tracing_seconds),
+              where(g.filename, g.lineno, g.function)] for g in report.dynamo_graphs],
+            [9, 10, 12, 5, 9, 0],
+        ))
+    if report.dynamo_breaks:
+        section.tables.append(Table(
+            ["#", "category", "where", "reason", "suggestion"],
+            [[str(n), b.category, where(b.filename, b.lineno, b.function), first_line(b.reason), b.suggestion]
+             for n, b in enumerate(report.dynamo_breaks, start=1)],
+            [3, 22, 34, 30, 0],
+        ))
+    return section
+
+
+def _figure(graph: XlaGraph) -> Figure:
+    boxes, count = [], 0
+    for segment in graph.segments:
+        xla = segment.kind.lower() == "xla"
+        if xla:
+            count += 1
+            label = f"XLA graph {count} ({plural(len(segment.ops), 'op')})"
+        else:
+            label = ", ".join(segment.ops) or "CPU"
+        boxes.append(Box(xla, label, list(segment.ops)))
+    caption = f"FX graph {graph.index} ({graph.role}): {graph.fx_ops} ops, {plural(graph.xla_graphs, 'XLA graph')}"
+    return Figure(graph.index, caption, boxes)
+
+
+def _hlo(report: Report) -> Section:
+    section = Section(
+        "hlo", "HLO lowering",
+        summary=f"{plural(len(report.xla_graphs), 'FX graph')} through the XLA bridge, "
+        f"{plural(report.hlo_break_count, 'break')}",
+    )
+    if report.xla_graphs:
+        section.tables.append(Table(
+            ["graph", "role", "fx_ops", "xla_graphs", "compiles", "compile", "exec/call", "transfers/call",
+             "bytes/call", "time/call", "calls"],
+            [[str(g.index), g.role, str(g.fx_ops), str(g.xla_graphs), str(g.compiles), seconds(g.compile_seconds),
+              str(g.executions_per_call), str(g.transfers_per_call), str(g.bytes_per_call),
+              seconds(g.seconds_per_call), str(g.calls)] for g in report.xla_graphs],
+            [5, 8, 6, 10, 8, 8, 9, 14, 10, 9, 5],
+        ))
+    if report.hlo_breaks:
+        section.tables.append(Table(
+            ["graph", "op", "category", "where", "suggestion"],
+            [[str(b.graph), b.op, b.category, where(b.filename, b.lineno, b.function), b.suggestion]
+             for b in report.hlo_breaks],
+            [5, 24, 14, 34, 0],
+        ))
+    section.figures = [_figure(g) for g in report.xla_graphs]
+    return section
+
+
+def _reasons(first: str, last: str, count: int) -> str:
+    first, last = first_line(first), first_line(last)
+    return first if count == 1 or first == last else f"first: {first} | last: {last}"
+
+
+def _recompiles(report: Report) -> Section | None:
+    if not report.recompiles:
+        return None
+    return Section(
+        "recompiles", "Recompiles",
+        summary=f"{len(report.recompiles)} at {plural(len(report.recompile_groups), 'location')}",
+        tables=[Table(
+            ["where", "count", "category", "reasons"],
+            [[where(g.filename, g.lineno, g.function), str(g.count), g.category,
+              _reasons(g.first_reason, g.last_reason, g.count)] for g in report.recompile_groups],
+            [40, 5, 20, 0],
+        )],
+    )
+
+
+def build(report: Report) -> list[Section]:
+    """The sections of ``report``, in the order both views show them."""
+    out = [Section("environment", "xlabridge report", summary=environment_line(report))]
+    time = _time(report)
+    if time is not None:
+        out.append(time)
+    if not _observed(report):
+        out.append(Section("empty", "", notes=["no graphs observed"]))
+    else:
+        out += [_dynamo(report), _hlo(report)]
+    recompiles = _recompiles(report)
+    if recompiles is not None:
+        out.append(recompiles)
+    findings = [f.message for f in report.findings if f.kind != "probe"]
+    if findings:
+        out.append(Section("findings", "Findings", notes=findings))
+    if report.warnings:
+        out.append(Section("warnings", "Warnings", notes=list(report.warnings)))
+    return out
