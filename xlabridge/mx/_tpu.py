@@ -4,9 +4,12 @@ torch_xla's lazy graph.
 The kernel is lowered for TPU by JAX in this process, and the custom call's backend config (the
 serialized Mosaic kernel, what XLA:TPU compiles) is the payload of
 ``torch_xla._XLAC._xla_tpu_custom_call``. The lowering needs a device for JAX's device
-assignment only: JAX's own backends are never initialised here (on a TPU VM torch_xla holds the
-chips, and JAX opening them would stall both; elsewhere it would load libtpu next to torch_xla's
-PJRT client), so the lowering is assigned to a CPU client of its own. Payloads are cached per
+assignment only, so it is assigned to a CPU client of its own rather than to ``jax.devices()``,
+which would initialise every JAX backend: off a TPU VM that would load libtpu next to torch_xla's
+PJRT client. On a Cloud TPU VM, JAX 0.7.1 still asks its default backend for the libtpu build date,
+to pick a Mosaic serialization version that libtpu accepts (``tpu_custom_call.get_ir_version``);
+torch_xla holds the chips by then (an XLA tensor exists), the order torch_xla's own Pallas kernels
+rely on (``torch_xla._internal.jax_workarounds``). Not run on a TPU VM here. Payloads are cached per
 (shape, dtype, block size, rounding, chip VMEM).
 
 The tiles follow the VMEM of the chip the graph is for (``xlabridge._lowering.lowering_generation``:
