@@ -12,6 +12,7 @@ and the collectives, are unchanged) and cuts the SPMD GPT-2 compile four-fold.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import os
@@ -24,7 +25,15 @@ import pytest
 from tests.conftest import requires_xla
 from tests.pod import _proto_reference
 from xlabridge import _optional
-from xlabridge.pod import CollectiveKind, CompiledModule, capture_environment, classify, partition_hlo, read_capture
+from xlabridge.pod import (
+    CollectiveKind,
+    CompiledModule,
+    GraphCause,
+    capture_environment,
+    classify,
+    partition_hlo,
+    read_capture,
+)
 
 pytestmark = requires_xla
 
@@ -45,10 +54,13 @@ class Runs:
     observed: dict
     plain: dict | None
 
+    @functools.cached_property
+    def capture(self):
+        return read_capture(self.directory / "capture")
+
     def modules(self, scenario: str) -> list[CompiledModule]:
         """Modules XLA compiled for the scenario's training steps (named by the worker)."""
-        capture = read_capture(self.directory / "capture")
-        return [m for m in capture.modules if m.name.rsplit(".", 1)[0] == scenario]
+        return [m for m in self.capture.modules if m.name.rsplit(".", 1)[0] == scenario]
 
 
 def _worker(out: Path, devices: int, *, observed: bool) -> subprocess.Popen:
@@ -154,15 +166,23 @@ def test_capturing_changes_no_number(runs):
         assert observed["weights"] == plain["weights"], scenario
 
 
-def test_every_lazy_graph_is_joined_to_the_module_compiled_for_it(runs):
-    capture = read_capture(runs.directory / "capture")
-    compiled = [graph for graph in capture.trace.graphs if graph.compiles]
+def test_every_compiled_graph_is_joined_to_the_module_compiled_for_it(runs):
+    """The join uses compilation order and argument/result counts; torch_xla's own names check it:
+    ``torch_xla.compile(name=...)`` names each module compiled in its region, and its debug file
+    says which region part cut each graph."""
+    compiled = [graph for graph in runs.capture.trace.graphs if graph.compiles]
     assert compiled
-    for graph in compiled:
-        module = capture.module_of(graph)
-        assert module is not None, graph.graph_hash
-        parsed = module.analyze()
-        assert sum(1 for p in parsed.parameters) == graph.inputs
+    modules = [runs.capture.module_of(graph) for graph in compiled]
+    assert None not in modules
+    assert len({m.module_id for m in modules}) == len(modules)
+    for graph, module in zip(compiled, modules):
+        region = module.name.rsplit(".", 1)[0]
+        if graph.cause is GraphCause.PENDING_FLUSH:
+            assert region.endswith("_clear_pending"), (graph.cause_text, module.name)
+        elif graph.cause is GraphCause.DYNAMO_EXECUTE:
+            assert region.endswith("_compile"), (graph.cause_text, module.name)
+        else:
+            assert region in RUN[runs.devices], (graph.cause_text, module.name)
 
 
 @pytest.mark.skipif(not _optional.is_available("jax"), reason="needs jax (jaxlib's XLA partitions the graph)")
@@ -181,7 +201,7 @@ def test_partitioning_in_a_worker_gives_the_collectives_the_run_compiled(runs, s
         pytest.skip(f"{scenario} is probed on {[n for n, s in PROBED.items() if scenario in s]} devices")
     proto = (runs.directory / f"{scenario}.pb").read_bytes()
     [ours] = partition_hlo([proto], runs.devices)
-    [theirs] = [m for m in read_capture(runs.directory / "capture").modules if m.name.startswith(f"{scenario}_probe")]
+    [theirs] = [m for m in runs.capture.modules if m.name.startswith(f"{scenario}_probe")]
 
     def shape(module: CompiledModule) -> list[tuple]:
         return sorted((c.kind.value, c.bytes, c.replica_groups, c.source_target_pairs) for c in module.analyze().collectives)

@@ -3,7 +3,8 @@
 torch_xla and XLA read their debug switches once, when they start, so a capture is set up in
 the environment of the process before it starts (``xlabridge report`` controls its child's
 environment). The ways, and what each costs (``tools/bench/pod_capture_overhead.py`` measures
-them on a sharded training step):
+them on a sharded training step; on 2 shared cores an A/A control differs by 14%, and every way
+but the last stays within that):
 
 ``DEBUG_FILE`` (``PT_XLA_DEBUG_LEVEL=2``, ``PT_XLA_DEBUG_FILE``)
     Every compilation and execution: cause, graph hash, triggering frames. Per-step cost in
@@ -16,11 +17,12 @@ them on a sharded training step):
     (in the text): where each collective comes from. Costs at tracing.
 ``SAVED_GRAPHS`` (``XLA_SAVE_TENSORS_FILE``, ``XLA_SAVE_TENSORS_FMT=hlo``)
     torch_xla's HLO of every *synced* graph with its hash and full stack. It lowers the graph
-    to HLO text at every sync, cached or not: a cost per step.
+    to HLO text at every sync, cached or not (within the noise on the benchmark's MLP; it grows
+    with the graph).
 ``SAVED_PARTITIONED`` (adds ``XLA_DUMP_POST_OPTIMIZATIONS=1``)
     The saved HLO is the optimized, partitioned module, joined to the graph hash exactly; but
-    torch_xla runs XLA's optimization passes again at every sync to print it: a large cost per
-    step (hundreds of milliseconds on a small model), for short diagnostic runs only.
+    torch_xla runs XLA's optimization passes again at every sync to print it: 7.9x the step time
+    of the benchmark's MLP. For short diagnostic runs only.
 
 ``DEFAULT`` (debug file, HLO dump, source lines) costs nothing per step beyond source lines
 and gives collectives per graph; ``read_capture`` joins each graph of the debug file to the

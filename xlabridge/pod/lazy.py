@@ -39,7 +39,9 @@ class GraphCause(str, enum.Enum):
     SYNC = "sync"
     """The user's ``torch_xla.sync()`` (``xm.mark_step()``): the end of a step."""
     COMPILE_REGION = "torch-xla-compile"
-    """The end of a ``torch_xla.compile`` region (its graph, or the pending work it syncs first)."""
+    """The end of a ``torch_xla.compile`` region: its graph."""
+    PENDING_FLUSH = "pending-flush"
+    """The work pending before a ``torch_xla.compile`` region, synced as the region starts."""
     HOST_READ = "host-read"
     """A tensor's value was read on the host (``.item()``, ``.cpu()``, ``print``) mid-graph."""
     DYNAMO_COMPILE = "dynamo-compile"
@@ -53,6 +55,7 @@ class GraphCause(str, enum.Enum):
 _CAUSE_TEXT = (
     ("user torch_xla.sync", GraphCause.SYNC),
     ("user mark_step", GraphCause.SYNC),
+    ("torch_xla.compile clear the pending graph", GraphCause.PENDING_FLUSH),
     ("torch_xla.compile", GraphCause.COMPILE_REGION),
     ("access tensor value", GraphCause.HOST_READ),
     ("dynamo is compiling", GraphCause.DYNAMO_COMPILE),
@@ -60,8 +63,7 @@ _CAUSE_TEXT = (
 )
 
 
-# Causes that end a training step. A ``torch_xla.compile`` region first syncs the work pending
-# before it ("torch_xla.compile clear pending"), which ends nothing.
+# Causes that end a training step (the pending work a torch_xla.compile region syncs first ends nothing).
 _STEP_ENDS = frozenset({GraphCause.SYNC, GraphCause.COMPILE_REGION})
 
 
@@ -188,7 +190,7 @@ def build_lazy_trace(events: list[DebugEvent], saved: list[SavedGraph]) -> LazyT
             cause = classify_cause(event.cause)
             runs.append(GraphRun(step, key, cause, compiled=key in just_compiled))
             just_compiled.discard(key)
-            if cause in _STEP_ENDS and "clear pending" not in event.cause:
+            if cause in _STEP_ENDS:
                 step += 1
     hlo: dict[str, SavedGraph] = {}
     for graph in saved:
