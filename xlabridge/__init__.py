@@ -4,7 +4,7 @@ Importing xlabridge needs only torch; torch_xla, Triton, JAX and libtpu are load
 that use them, and each says what it needs when it is missing.
 """
 
-from xlabridge import autocast, cache, diagnostics, hlo, mx, tpu
+from xlabridge import autocast, cache, diagnostics, hlo, mx, pod, tpu
 from xlabridge._compile import compile
 from xlabridge.backend import xlabridge_backend
 from xlabridge.diagnostics import Report, compare, diagnose, explain
@@ -28,6 +28,7 @@ __all__ = [
     "diagnostics",
     "hlo",
     "mx",
+    "pod",
     "tpu",
     "xlabridge_backend",
 ]

@@ -14,7 +14,6 @@ losses as JSON.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import torch
