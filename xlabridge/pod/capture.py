@@ -60,11 +60,14 @@ class CaptureWay(enum.Flag):
 DEFAULT = CaptureWay.DEBUG_FILE | CaptureWay.HLO_DUMP | CaptureWay.SOURCE_LINES
 
 
-def capture_environment(directory: str | Path, ways: CaptureWay = DEFAULT, *, xla_flags: str = "") -> dict[str, str]:
+def capture_environment(
+    directory: str | Path, ways: CaptureWay = DEFAULT, *, xla_flags: str | None = None
+) -> dict[str, str]:
     """Environment variables that make a process about to start write a capture to ``directory``.
 
-    ``xla_flags`` is the process's own ``XLA_FLAGS`` (kept; the dump flags are appended). Each
-    process needs a directory of its own: XLA numbers dumped modules per process.
+    ``xla_flags`` is the process's own ``XLA_FLAGS``, kept with the dump flags appended (default:
+    this process's). Each process needs a directory of its own: XLA numbers dumped modules per
+    process, and torch_xla appends to its debug file.
     """
     if not isinstance(ways, CaptureWay):
         raise TypeError(f"ways must be a CaptureWay (e.g. xlabridge.pod.DEFAULT), got {ways!r}")
@@ -75,7 +78,8 @@ def capture_environment(directory: str | Path, ways: CaptureWay = DEFAULT, *, xl
         env[_env.PT_XLA_DEBUG_FILE] = str(directory / _DEBUG_FILE)
     if CaptureWay.HLO_DUMP in ways:
         dump = f"--xla_dump_to={directory / _DUMP_DIR} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
-        env[_env.XLA_FLAGS] = f"{xla_flags} {dump}".strip()
+        own = _env.get(_env.XLA_FLAGS, "") if xla_flags is None else xla_flags
+        env[_env.XLA_FLAGS] = f"{own} {dump}".strip()
     if CaptureWay.SOURCE_LINES in ways:
         env[_env.XLA_HLO_DEBUG] = "1"
     if ways & (CaptureWay.SAVED_GRAPHS | CaptureWay.SAVED_PARTITIONED):
