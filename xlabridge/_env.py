@@ -40,6 +40,10 @@ PYTHONPATH = "PYTHONPATH"
 """Set for the TPU compile worker to the caller's ``sys.path``, so it imports the caller's functions."""
 XDG_CACHE_HOME = "XDG_CACHE_HOME"
 """Base of per-user caches."""
+XLA_PERSISTENT_CACHE_PATH = "XLA_PERSISTENT_CACHE_PATH"
+"""torch_xla's persistent compilation cache directory; ``xlabridge.cache`` sets it before torch_xla loads."""
+XLA_PERSISTENT_CACHE_READ_ONLY = "XLA_PERSISTENT_CACHE_READ_ONLY"
+"""``0``: torch_xla writes new entries to its persistent cache (set with the path above)."""
 RANK = "RANK"
 """A distributed launcher's rank of this process (torchrun); the diagnostics label events with it."""
 WORLD_SIZE = "WORLD_SIZE"
@@ -66,6 +70,11 @@ XLA_DUMP_POST_OPTIMIZATIONS = "XLA_DUMP_POST_OPTIMIZATIONS"
 def get(name: str, default: str | None = None) -> str | None:
     """The value of environment variable ``name`` (one of the names above), or ``default``."""
     return os.environ.get(name, default)
+
+
+def put(name: str, value: str) -> None:
+    """Set environment variable ``name`` (one of the names above) for this process and its children."""
+    os.environ[name] = value
 
 
 def cache_home() -> Path:

@@ -23,6 +23,7 @@ diagnostics report shows):
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import sys
 import warnings
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from xlabridge import _env
+from xlabridge.errors import CacheWarning
 ENV_VAR = _env.CACHE_DIR
 
 _COUNTERS = {
@@ -46,8 +48,19 @@ CPU_CANNOT_LOAD = (
 )
 
 
-class CacheWarning(UserWarning):
-    """The persistent cache asked for is not in effect, and why."""
+class CacheState(str, enum.Enum):
+    """The persistent cache's state in this process (``status()["state"]``)."""
+
+    OFF = "off"
+    """Not configured, or torch_xla is missing."""
+    ENABLED = "enabled"
+    """torch_xla reads and writes it."""
+    UNSUPPORTED = "unsupported"
+    """This PJRT client cannot load entries (PJRT CPU up to torch_xla 2.9): left off."""
+    TOO_LATE = "too-late"
+    """Configured after torch_xla's first computation: torch_xla no longer reads the setting."""
+    FAILING = "failing"
+    """Enabled, but entries failed to load in this process."""
 
 
 @dataclasses.dataclass
@@ -56,7 +69,7 @@ class _Setting:
 
     directory: str
     source: str
-    state: str
+    state: CacheState
     reason: str = ""
 
 
@@ -103,23 +116,23 @@ def _enable(directory: Path, source: str) -> _Setting:
     from xlabridge import _optional
 
     if not _optional.is_available("torch_xla"):
-        return _Setting(str(directory), source, "off", "torch_xla is not installed; the cache is for XLA graphs")
+        return _Setting(str(directory), source, CacheState.OFF, "torch_xla is not installed; the cache is for XLA graphs")
     if _runtime_started():
         return _Setting(
-            str(directory), source, "too-late",
+            str(directory), source, CacheState.TOO_LATE,
             "torch_xla had already run a computation when the cache was configured; configure it "
             f"before the first XLA computation (set {ENV_VAR}, or call xlabridge.compile(..., "
             "cache_dir=...) first)",
         )
     version = _torch_xla_version()
     if _cpu_cannot_load(version):
-        return _Setting(str(directory), source, "unsupported", CPU_CANNOT_LOAD.format(version=version))
+        return _Setting(str(directory), source, CacheState.UNSUPPORTED, CPU_CANNOT_LOAD.format(version=version))
     if "torch_xla.runtime" in sys.modules:
         sys.modules["torch_xla.runtime"].initialize_cache(str(directory))
     else:  # what initialize_cache does, without importing torch_xla before the user does
-        os.environ["XLA_PERSISTENT_CACHE_PATH"] = str(directory)
-        os.environ["XLA_PERSISTENT_CACHE_READ_ONLY"] = "0"
-    return _Setting(str(directory), source, "enabled")
+        _env.put(_env.XLA_PERSISTENT_CACHE_PATH, str(directory))
+        _env.put(_env.XLA_PERSISTENT_CACHE_READ_ONLY, "0")
+    return _Setting(str(directory), source, CacheState.ENABLED)
 
 
 def configure(cache_dir: Any, *, source: str = "cache_dir") -> dict[str, Any]:
@@ -141,7 +154,7 @@ def configure(cache_dir: Any, *, source: str = "cache_dir") -> dict[str, Any]:
             )
         return status()
     _SETTING = _enable(directory, source)
-    if _SETTING.state != "enabled":
+    if _SETTING.state is not CacheState.ENABLED:
         warnings.warn(f"xlabridge persistent cache: {_SETTING.reason}", CacheWarning, stacklevel=2)
     return status()
 
@@ -170,14 +183,15 @@ def status() -> dict[str, Any]:
     (enabled, but entries failed to load in this process).
     """
     if _SETTING is None:
-        return {"state": "off", "directory": None, "source": None, "reason": "not configured", **_counters()}
+        return {"state": CacheState.OFF.value, "directory": None, "source": None, "reason": "not configured",
+                **_counters()}
     counts = _counters()
     state, reason = _SETTING.state, _SETTING.reason
-    if state == "enabled" and counts["load_failures"]:
-        state = "failing"
+    if state is CacheState.ENABLED and counts["load_failures"]:
+        state = CacheState.FAILING
         reason = f"{counts['load_failures']} cache entries failed to load and were compiled again"
     entries = sum(1 for _ in Path(_SETTING.directory).iterdir()) if Path(_SETTING.directory).is_dir() else 0
     return {
-        "state": state, "directory": _SETTING.directory, "source": _SETTING.source,
+        "state": state.value, "directory": _SETTING.directory, "source": _SETTING.source,
         "reason": reason, "entries": entries, **counts,
     }

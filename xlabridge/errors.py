@@ -32,3 +32,11 @@ class TpuWorkerError(TpuCompileError):
 
 class DiagnosticsWarning(UserWarning):
     """Part of the diagnostics could not be collected; the model ran unchanged."""
+
+
+class CacheWarning(UserWarning):
+    """The persistent XLA compilation cache asked for is not in effect, and why."""
+
+
+class AutocastBuildWarning(RuntimeWarning):
+    """The C++ autocast kernels could not be built; equivalent Python kernels are used instead."""

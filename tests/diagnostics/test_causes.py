@@ -50,6 +50,7 @@ def test_hlo_ops_are_classified(op, fell_back, category, hint):
     [
         ("0/0: ", "another-backend"),
         ("3/1:", "another-backend"),
+        ("0/0: BACKEND_MATCH failure: torch.compile detected different backend callables.", "another-backend"),
         ("0/0: tensor 'x' size mismatch at index 0. expected 4, actual 8", "shape-change"),
         ("1/0: ___stack0 == 4.240228176116943", "value-specialisation"),
         ("0/0: tensor 'x' requires_grad mismatch. expected requires_grad=1", "tensor-property"),

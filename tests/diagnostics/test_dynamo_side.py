@@ -61,7 +61,8 @@ def test_a_recompile_for_another_backend_says_so():
     with xd.diagnose() as report:
         torch.compile(doubled, backend="aot_eager")(x)
     (recompile,) = report.recompiles
-    assert recompile.category == "another-backend" and "another backend" in recompile.reason
+    assert recompile.category == "another-backend"
+    assert "another backend" in recompile.reason or "different backend" in recompile.reason  # torch 2.9 | newer
 
 
 def test_recompiles_of_a_compiled_torch_module_point_at_the_calling_line():

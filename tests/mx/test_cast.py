@@ -138,3 +138,14 @@ def test_cuda_under_torch_compile():
     expected = mx.to_mxfp8(x * 2, rounding="rceil")
     assert torch.equal(data.view(torch.uint8), expected.data.view(torch.uint8))
     assert torch.equal(scale, expected.scale)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rounding_modes_are_an_enum_that_their_names_still_select(device):
+    x = make_input((4, 64), torch.float32, seed=11).to(device)
+    for mode in mx.Rounding:
+        by_enum, by_name = mx.to_mxfp8(x, rounding=mode), mx.to_mxfp8(x, rounding=mode.value)
+        assert torch.equal(by_enum.scale, by_name.scale)
+        assert torch.equal(by_enum.data.view(torch.uint8), by_name.data.view(torch.uint8))
+        assert_matches_reference(x, by_enum, 32, mode.value)
+    assert mx.ROUNDING_MODES == tuple(mode.value for mode in mx.Rounding) == ("floor", "rceil")

@@ -20,14 +20,11 @@ from typing import Any, Protocol
 from xlabridge import _env, _optional
 from xlabridge.autocast import _probe
 from xlabridge.autocast._ops import DEFAULT_SPECS, NOT_APPLICABLE, PARITY_SPECS, TPU_EXCEPTIONS, OpSpec
+from xlabridge.errors import AutocastBuildWarning
 
 KEY = "AutocastXLA"
 BACKEND_ENV = _env.AUTOCAST_BACKEND
 BACKENDS = ("auto", "cpp", "python")
-
-
-class AutocastBuildWarning(RuntimeWarning):
-    """The C++ autocast kernels could not be built; slower Python kernels are used instead."""
 
 
 class _Registrar(Protocol):

@@ -111,10 +111,10 @@ HOST_TENSOR = Cause(
 RECOMPILE_CAUSES: tuple[Cause, ...] = (
     Cause(
         "another-backend",
-        r"^\s*$",
-        "No guard of the earlier compilation failed: the function was compiled before with "
-        "another backend (each backend keeps its own compiled code) or its cache entry was "
-        "dropped. Compile a function with one backend per process.",
+        r"^\s*$|BACKEND_MATCH|different backend",
+        "The function was compiled before with another backend (each backend keeps its own "
+        "compiled code; torch 2.9 names no guard for it, later torch says BACKEND_MATCH). Compile "
+        "a function with one backend per process, and reuse one backend object.",
     ),
     Cause(
         "shape-change",

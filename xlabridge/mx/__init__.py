@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from xlabridge.mx import _checks, _dispatch
-from xlabridge.mx._constants import DEFAULT_BLOCK_SIZE, E4M3_MAX, E8M0_BIAS, E8M0_NAN, ROUNDING_MODES
+from xlabridge.mx._constants import DEFAULT_BLOCK_SIZE, E4M3_MAX, E8M0_BIAS, E8M0_NAN, ROUNDING_MODES, Rounding
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -47,6 +47,7 @@ __all__ = [
     "E8M0_NAN",
     "MXTensor",
     "ROUNDING_MODES",
+    "Rounding",
     "from_mxfp8",
     "to_mxfp8",
 ]
@@ -72,13 +73,16 @@ class MXTensor:
         return from_mxfp8(self, dtype)
 
 
-def to_mxfp8(x: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE, rounding: str = "floor") -> MXTensor:
+def to_mxfp8(
+    x: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE, rounding: str | Rounding = Rounding.FLOOR
+) -> MXTensor:
     """Cast ``x`` (float32, bfloat16 or float16, any leading shape) to MXFP8.
 
     Args:
         x: the tensor; its last dimension must be a multiple of ``block_size``.
         block_size: elements per shared scale, along the last dimension (the spec's k = 32).
-        rounding: ``"floor"`` (the spec's scale) or ``"rceil"`` (hardware's round-up scale).
+        rounding: ``Rounding.FLOOR``/``"floor"`` (the spec's scale) or ``Rounding.RCEIL``/``"rceil"``
+            (hardware's round-up scale).
 
     Raises:
         TypeError: ``x`` is not a float32/bfloat16/float16 tensor, or ``block_size`` not an int.
@@ -86,7 +90,7 @@ def to_mxfp8(x: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE, rounding: st
             ``rounding`` is unknown.
     """
     _checks.check_cast_args(x, block_size, rounding)
-    data, scale = _dispatch.mxfp8_cast(x, block_size, rounding)
+    data, scale = _dispatch.mxfp8_cast(x, block_size, Rounding(rounding).value)
     return MXTensor(data=data, scale=scale, block_size=block_size, orig_dtype=x.dtype)
 
 

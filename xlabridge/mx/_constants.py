@@ -6,6 +6,8 @@ Section numbers refer to "OCP Microscaling Formats (MX) Specification v1.0".
 
 from __future__ import annotations
 
+import enum
+
 # Section 5.2: the shared scale covers k = 32 consecutive elements in every concrete format.
 DEFAULT_BLOCK_SIZE = 32
 
@@ -33,4 +35,13 @@ F32_HALF_SUBNORMAL_MANTISSA = 0x0040_0000  # the float32 subnormal 2**-127
 # of two. The float32 rounding of 1/448 is part of the definition: hardware recipes multiply by it.
 RCEIL_RECIPROCAL = 1.0 / E4M3_MAX  # rounded to float32 where it is used
 
-ROUNDING_MODES = ("floor", "rceil")
+class Rounding(str, enum.Enum):
+    """How a block's scale is chosen."""
+
+    FLOOR = "floor"
+    """The spec's rule: 2**(floor(log2(amax)) - 8)."""
+    RCEIL = "rceil"
+    """NVIDIA's hardware conversion (torchao's RCEIL): amax * fl32(1/448) rounded up to a power of two."""
+
+
+ROUNDING_MODES = tuple(mode.value for mode in Rounding)

@@ -78,11 +78,11 @@ def scale_code(ops: ArrayOps, abs_bits: Array, rounding: str) -> Array:
     Monotone non-decreasing in ``abs_bits``, so it may be applied per element before the
     block maximum as well as after it.
     """
-    if rounding == "floor":
+    if rounding == C.Rounding.FLOOR:
         # Spec 6.3: X = largest power of two <= amax, divided by 2**emax_elem; clamped to 2**-127.
         exponent = ops.shift_right(abs_bits, C.F32_MANTISSA_BITS)
         code = ops.maximum(ops.sub(exponent, C.E4M3_EMAX), 0)
-    elif rounding == "rceil":
+    elif rounding == C.Rounding.RCEIL:
         descale = ops.mul(ops.bitcast(abs_bits, "f32"), C.RCEIL_RECIPROCAL)
         bits = ops.bitcast(descale, "s32")
         exponent = ops.shift_right(bits, C.F32_MANTISSA_BITS)

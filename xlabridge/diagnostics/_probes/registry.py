@@ -3,7 +3,7 @@
 ``install`` runs when the first recorder starts and ``restore`` when the last one stops: every
 patch and registration goes through one ``Installation``. A probe whose surface is missing is
 ``unavailable``; one that did not fire where it should have (``selftest``, ``cross_check``) is
-``silent``. Either gives one ``DiagnosticsWarning`` naming the probe, in this process, and a
+``silent``. Either gives one ``DiagnosticsWarning`` naming the probe per observation, and a
 ``probe_status`` event to every recorder, so each report says what it could not see.
 """
 
@@ -81,6 +81,7 @@ def install() -> None:
     """Install every probe (first recorder); a failing one is marked unavailable."""
     global _installation
     _statuses.clear()
+    _warned.clear()  # each observation says once what it cannot see
     _installation = Installation()
     for module in _INSTALLED_AT_START:
         try:
