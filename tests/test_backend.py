@@ -54,22 +54,26 @@ def test_torch_compile_finds_the_backend_without_importing_xlabridge():
     assert "loaded: True" in result.stdout
 
 
-def _infer(name: str, backend: str, device: torch.device) -> torch.Tensor:
+def _infer(name: str, backend: str, device: torch.device) -> tuple[torch.Tensor, list[str]]:
+    """The logits of one inference call, and the hashes of the XLA graphs it compiled."""
     torch._dynamo.reset()
     model, inputs = models.build(name, device)
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), diagnose() as report:
         output = torch.compile(model, backend=backend)(**models.without_labels(model, inputs))
-    return output if isinstance(output, torch.Tensor) else output.logits
+    hashes = [digest for graph in report.xla_graphs for digest in graph.hashes]
+    return (output if isinstance(output, torch.Tensor) else output.logits), hashes
 
 
 @requires_xla
 @pytest.mark.slow
 @pytest.mark.parametrize("name", REAL_MODELS)
 def test_inference_is_bitwise_equal_to_openxla(name, xla_device):
-    expected = _infer(name, "openxla", xla_device)
-    actual = _infer(name, "xlabridge", xla_device)
+    """Same logits, and the same XLA graphs: torch_xla's hash of each graph's HLO is openxla's."""
+    expected, expected_hashes = _infer(name, "openxla", xla_device)
+    actual, hashes = _infer(name, "xlabridge", xla_device)
     _assert_bitwise_equal(actual, expected, f"{name} logits")
+    assert hashes and hashes == expected_hashes
 
     model, inputs = models.build(name, xla_device)
     model.eval()
@@ -308,3 +312,4 @@ def test_outputs_match_eager_on_fake_traced_graphs(shape, xla_device) -> None:
     with torch.no_grad():
         out = torch.compile(_adds_arange, backend="xlabridge")(x)
     torch.testing.assert_close(out.cpu(), _adds_arange(x.cpu()))
+

@@ -78,6 +78,8 @@ def _apply_selftest() -> None:
         return
     result = _selftest.wait()
     if result is None:
+        if _selftest.error:
+            _recorder.warn("selftest", "checking that every probe fires", _selftest.error)
         return
     infos = {info.name: info for info in registry.PROBES}
     for probe, missing in result.items():

@@ -14,8 +14,8 @@
 
 ``torch._dynamo.reset()`` clears the callbacks: the graph probe re-registers them (``ensure``)
 and a compilation whose callbacks were missed is timed from its metrics record instead.
-Checked on torch 2.9.0 (``CallbackArgs`` with trigger and compile id; torch releases whose
-callbacks take no argument get the compile id from ``CompileContext``).
+Checked on torch 2.8.0, 2.9.0 and 2.15.0 (``CallbackArgs`` with trigger and compile id; a torch
+whose callbacks take no argument gets the compile id from ``CompileContext``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ INFO = ProbeInfo(
     name="dynamo.compiles",
     surface="torch._dynamo.callback_handler (register_start_callback/register_end_callback); "
     "torch._dynamo.utils.get_compilation_metrics()",
-    checked="torch 2.8.0, 2.9.0",
+    checked="torch 2.8.0, 2.9.0, 2.15.0",
     patch=False,
     why="Dynamo's own compile callbacks and compilation metrics: public hooks, called for every "
     "compilation whatever the backend, that cost nothing between compilations",

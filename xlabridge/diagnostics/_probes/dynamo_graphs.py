@@ -13,7 +13,7 @@ graphs and break reasons, but a handler on it makes torch build every payload of
 call here); the ``graph_breaks`` log channel can only be turned on with torch's own handlers,
 which then print to the user's stderr; compilation metrics carry no break location. The
 wrapper calls the original and records nothing for a graph its backend reported itself.
-Checked on torch 2.9.0 (``call_user_compiler(self, gm, example_inputs)``).
+Checked on torch 2.8.0, 2.9.0 and 2.15.0 (``call_user_compiler(self, gm, example_inputs)``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ INFO = ProbeInfo(
     name="dynamo.graphs",
     surface="graphs reported by the xlabridge backend; "
     "torch._dynamo.output_graph.OutputGraph.call_user_compiler (other backends)",
-    checked="torch 2.8.0, 2.9.0",
+    checked="torch 2.8.0, 2.9.0, 2.15.0",
     patch=True,
     why="only a backend receives the FX graph and its compile_subgraph_reason (what explain reads); "
     "for backends other than xlabridge the call that hands them over is wrapped (the structured "

@@ -12,7 +12,8 @@ costs more than a small graph's call, so later calls read only the compilation c
 are summed (``graph_calls`` events, written when observation ends). The first call is
 observed with the bridge probe's ``window`` (the extraction). Graphs keep their wrapper after
 observation ends; it then only checks that nobody observes and calls through.
-Checked on torch 2.9.0 (``xla_backend_helper(model, fake_tensor_inputs, boxed=False)``).
+Checked on torch 2.8.0 and 2.9.0 with their torch_xla (``xla_backend_helper(model,
+fake_tensor_inputs, boxed=False)``, the same signature in torch 2.15.0, which has no torch_xla).
 """
 
 from __future__ import annotations
