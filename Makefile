@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine with python3 and the package registry:
-#   make demo   a diagnostics report on the bundled example model
+#   make demo   a diagnostics report on the bundled example model, with its TPU view
 #   make test   the whole test suite on the pinned environment, then the compatibility suites
 #               on torch_xla 2.8 and on the newest torch without torch_xla
 # Each creates (or reuses) the virtual environments it needs.
@@ -44,8 +44,12 @@ $(STAMP_XLA28): requirements/xla28.txt pyproject.toml
 $(STAMP_TORCH_NEWEST): requirements/torch-newest.txt pyproject.toml
 	$(call install-venv,$(VENV_TORCH_NEWEST),requirements/torch-newest.txt,PIP_CONSTRAINT=/dev/null)
 
+# The report, with the TPU view: every XLA graph of the run compiled for a v5e:2x2 slice by libtpu
+# on this machine after the run (nothing runs on a TPU).
+DEMO_TPU ?= v5e:2x2
+
 demo: $(STAMP)
-	$(PY) -m xlabridge.cli report --json xlabridge-demo.json --html xlabridge-demo.html -- $(PY) -m xlabridge.examples.demo
+	$(PY) -m xlabridge.cli report --tpu $(DEMO_TPU) --json xlabridge-demo.json --html xlabridge-demo.html -- $(PY) -m xlabridge.examples.demo
 
 test: test-pinned test-xla28 test-torch-newest
 

@@ -1,12 +1,16 @@
 """The ``xlabridge`` command.
 
-  xlabridge report [--json FILE] [--html FILE] [--events DIR] [--capture-hlo] [--cache-dir DIR] -- python train.py ARGS...
+  xlabridge report [--json FILE] [--html FILE] [--events DIR] [--capture-hlo] [--tpu TOPOLOGY]
+                   [--cache-dir DIR] -- python train.py ARGS...
       run an unmodified script and report its graph breaks, HLO lowering breaks, recompilations
       and where its time went; every Python process of the command writes an event log when
       it exits (also when it raises), and the report merges them (process ids kept apart).
+      ``--tpu v5e:2x2``: after the run, each distinct XLA graph is compiled for that TPU
+      topology by libtpu on this machine (the TPU view: kernels, HBM, fits; nothing runs on a TPU).
 
-  xlabridge report --read DIR [--json FILE] [--html FILE]
-      rebuild the report from event logs kept with ``--events`` (a newer xlabridge re-reads them).
+  xlabridge report --read DIR [--tpu TOPOLOGY] [--json FILE] [--html FILE]
+      rebuild the report from event logs kept with ``--events`` (a newer xlabridge re-reads them);
+      with ``--tpu``, compile the graphs whose HLO was kept (``--capture-hlo``) for that TPU.
 
   xlabridge compare [--steps N] [--warmup N] [--backend B] [--json FILE] FILE.py[:FUNCTION]
       run one step lazily and compiled, side by side: FUNCTION (default ``make_step``) in
@@ -34,6 +38,38 @@ def _bootstrap_dir() -> str:
     return str(Path(__file__).resolve().parent / "diagnostics" / "_bootstrap")
 
 
+_TPU_LOG = "events-tpu.jsonl"
+"""The TPU view's events, beside the processes' logs (``--read`` re-reads them)."""
+
+
+def _check_tpu(target: str | None) -> str | None:
+    """``--tpu``'s topology name, checked before anything runs."""
+    if target is None:
+        return None
+    from xlabridge.diagnostics import _tpu_pass
+    from xlabridge.errors import MissingDependencyError, UnknownTopologyError
+
+    try:
+        return _tpu_pass.check_target(target, argument="--tpu")
+    except (TypeError, UnknownTopologyError, MissingDependencyError) as error:
+        raise SystemExit(f"xlabridge report: {error}") from None
+
+
+def _compile_for_tpu(directory: Path, target: str) -> None:
+    """Compile every XLA graph of the logs in ``directory`` for ``target``; write their events."""
+    from xlabridge.diagnostics import _tpu_pass, events
+
+    run_events: list = []
+    for path in sorted(directory.glob("events-*.jsonl")):
+        if path.name != _TPU_LOG:
+            run_events += events.read_log(path).events
+    graphs = len(_tpu_pass.graphs_to_compile(run_events))
+    print(f"xlabridge: compiling {graphs} XLA graph(s) for TPU {target} with libtpu (after the run, nothing runs on a TPU)",
+          file=sys.stderr)
+    compiled = _tpu_pass.run(run_events, target=target, base=directory)
+    events.write_log(compiled, directory / _TPU_LOG)
+
+
 def _merged_report(directory: Path):
     from xlabridge.diagnostics import events
     from xlabridge.diagnostics.report import Report
@@ -46,6 +82,7 @@ def _merged_report(directory: Path):
         merged += contents.events
         skipped += contents.skipped
     report = Report.from_events(merged)
+    logs = [path for path in logs if path.name != _TPU_LOG]
     if not logs:
         report.warnings.append("no Python process of the command reported: is it a Python program?")
     if skipped:
@@ -73,18 +110,22 @@ def _report(args: argparse.Namespace) -> int:
         directory = Path(args.read)
         if not directory.is_dir():
             raise SystemExit(f"xlabridge report: --read {str(directory)!r} is not a directory of event logs")
+        tpu = _check_tpu(args.tpu)
+        if tpu is not None:
+            _compile_for_tpu(directory, tpu)
         _write_outputs(_merged_report(directory), args)
         return 0
     if not command:
         raise SystemExit("xlabridge report: give the command to run after '--', e.g. -- python train.py")
     if args.capture_hlo and not args.events:
         raise SystemExit("xlabridge report: --capture-hlo needs --events DIR (the HLO files are kept beside the logs)")
+    tpu = _check_tpu(args.tpu)
     with tempfile.TemporaryDirectory(prefix="xlabridge-report-") as scratch:
         directory = Path(args.events) if args.events else Path(scratch)
         directory.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env[_env.REPORT_DIR] = str(directory.resolve())
-        if args.capture_hlo:
+        if args.capture_hlo or tpu is not None:
             env[_env.CAPTURE_HLO] = "1"
         if args.cache_dir:
             from xlabridge import cache
@@ -98,6 +139,8 @@ def _report(args: argparse.Namespace) -> int:
             returncode = subprocess.call(command, env=env)
         except FileNotFoundError:
             raise SystemExit(f"xlabridge report: command not found: {command[0]!r}") from None
+        if tpu is not None:
+            _compile_for_tpu(directory, tpu)
         report = _merged_report(directory)
     _write_outputs(report, args)
     if args.events:
@@ -156,11 +199,16 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xlabridge", description="See why torch.compile on XLA is slow.")
     commands = parser.add_subparsers(dest="subcommand", required=True)
     report = commands.add_parser("report", help="report on an unmodified script: xlabridge report -- python train.py")
-    report.add_argument("--json", metavar="FILE", help="also write the report as JSON (schema xlabridge.report/2)")
+    report.add_argument("--json", metavar="FILE", help="also write the report as JSON (schema xlabridge.report/3)")
     report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with pictures")
     report.add_argument("--events", metavar="DIR", help="keep each process's event log (events-<pid>.jsonl) in DIR")
     report.add_argument("--capture-hlo", action="store_true", help="save each XLA graph's HLO proto beside the logs")
     report.add_argument("--read", metavar="DIR", help="rebuild the report from the event logs in DIR, run nothing")
+    report.add_argument(
+        "--tpu", metavar="TOPOLOGY",
+        help="after the run, compile each XLA graph for this TPU (e.g. v5e:2x2) with libtpu on this machine: "
+        "kernels, HBM per device, fits, compile seconds (compiled, not run on a TPU)",
+    )
     report.add_argument(
         "--cache-dir", metavar="DIR", help="persistent XLA compilation cache for the command (sets XLABRIDGE_CACHE_DIR)"
     )

@@ -32,13 +32,19 @@ ONE_OF_EACH: list[ev.Event] = [
         ev.SegmentRecord(ev.SegmentKind.XLA, ("aten::mul", "aten::sin")),
         ev.SegmentRecord(ev.SegmentKind.CPU, ("aten::exp2",), NODE),
     ]),
-    ev.XlaGraphSeen(**STAMP, graph=0, segment=0, hash="ab12", origin=ev.GraphOrigin.DYNAMO, hlo_file="x.hlo/1.pb"),
+    ev.XlaGraphSeen(**STAMP, graph=0, segment=0, hash="ab12", origin=ev.GraphOrigin.DYNAMO, hlo_file="x.hlo/1.pb",
+                    num_partitions=4, frames=[ev.Frame("train.py", 9, "step")]),
     ev.XlaCompile(**STAMP, graph=0, phase=ev.XlaPhase.EXTRACTION, count=2, seconds=0.75),
     ev.GraphCalled(**STAMP, graph=0, call=2, start=12.4, executions=2, transfers_to_device=1,
                    transfers_from_device=1, bytes_to_device=256, bytes_from_device=256, cpu_fallback_seconds=0.01),
     ev.GraphCalls(**STAMP, graph=0, calls=97, seconds=1.25, cpu_fallback_seconds=0.5),
     ev.Transfer(**STAMP, to_device=3, from_device=4, bytes_to_device=10, bytes_from_device=20),
     ev.ProcessEnd(**STAMP, start=1.0, environment={"torch_xla": "2.9.0"}),
+    ev.TpuCompiled(**STAMP, hash="ab12", start=1.5, num_partitions=4, hlo_file="e.jsonl.hlo/1-g0-0.hlo.pb",
+                   result={"schema": "xlabridge.tpu-compile/1", "kernel_count": 3}, tpu_hlo_file="t.txt",
+                   collectives=[{"kind": "all-gather", "count": 2, "bytes": 4096}]),
+    ev.TpuPass(**STAMP, start=1.0, topology="v5e:2x2", generation="v5e", libtpu_version="0.0.23",
+               jax_version="0.7.1", graphs=1),
 ]
 
 

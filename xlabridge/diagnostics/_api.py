@@ -6,37 +6,60 @@ import contextlib
 import dataclasses
 import functools
 import os
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from xlabridge.diagnostics import _recorder, _session
+from xlabridge.diagnostics import _recorder, _session, _tpu_pass
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._probes import dynamo_graphs
 from xlabridge.diagnostics.report import Report
 
 
 @contextlib.contextmanager
-def diagnose(*, log: str | os.PathLike[str] | None = None, capture_hlo: bool = False) -> Iterator[Report]:
+def diagnose(
+    *, log: str | os.PathLike[str] | None = None, capture_hlo: bool = False, tpu: str | None = None
+) -> Iterator[Report]:
     """Collect a report over the block: every graph Dynamo compiles inside it, whatever the
     backend, and for XLA graphs how torch_xla's bridge split them and what each call costs.
 
     The yielded report is filled in when the block exits. ``log``: also write the block's
     events there as JSON lines (``Report.from_events(events.read_log(log).events)`` rebuilds
     the report); ``capture_hlo``: save each XLA graph's HLO module proto beside ``log``.
-    Graphs compiled before the block (at their first call) are not observed: enter the block
-    before the first call of the compiled model.
+    ``tpu`` (a topology such as ``"v5e:2x2"``): when the block exits, compile each distinct
+    XLA graph for that TPU with libtpu on this machine (nothing runs on a TPU) and add the TPU
+    view to the report: kernels, HBM per device and whether it fits, compile seconds, the cost
+    model's figures. Graphs compiled before the block (at their first call) are not observed:
+    enter the block before the first call of the compiled model.
     """
     if not isinstance(capture_hlo, bool):
         raise TypeError(f"diagnose: 'capture_hlo' must be a bool, got {type(capture_hlo).__name__}")
-    recorder = _recorder.Recorder(log=log, capture_hlo=capture_hlo)
+    scratch = None
+    if tpu is not None:
+        tpu = _tpu_pass.check_target(tpu)
+        capture_hlo = True
+        if log is None:
+            scratch = tempfile.TemporaryDirectory(prefix="xlabridge-tpu-view-")
+    recorder = _recorder.Recorder(log=log, capture_hlo=capture_hlo, hlo_dir=Path(scratch.name) / "hlo" if scratch else None)
     report = Report()
     _session.start(recorder)
     try:
         yield report
     finally:
         _session.stop(recorder)
+        try:
+            if tpu is not None:
+                compiled = _recorder.safely(
+                    "tpu", "compiling the run's graphs for TPU", _tpu_pass.run, list(recorder.events),
+                    target=tpu, base=recorder.base, save_tpu_hlo=scratch is None,
+                )
+                recorder.events += compiled or []
+        finally:
+            if scratch is not None:
+                scratch.cleanup()
         _recorder.safely("diagnostics", "writing the event log", recorder.write)
         built = _recorder.safely("diagnostics", "building the report", Report.from_events, recorder.events)
         if built is not None:
@@ -44,21 +67,24 @@ def diagnose(*, log: str | os.PathLike[str] | None = None, capture_hlo: bool = F
                 setattr(report, field.name, getattr(built, field.name))
 
 
-def explain(fn: Callable[..., Any], *, backend: str = "xlabridge") -> Callable[..., Report]:
+def explain(fn: Callable[..., Any], *, backend: str = "xlabridge", tpu: str | None = None) -> Callable[..., Report]:
     """``explain(fn)(*args, **kwargs)`` compiles ``fn`` afresh, runs it once, returns the report.
 
     Like ``torch._dynamo.explain``, it resets Dynamo's caches first so that every graph of
-    ``fn`` is compiled, and so observed, during the call.
+    ``fn`` is compiled, and so observed, during the call. ``tpu="v5e:2x2"`` adds the TPU view
+    (see ``diagnose``).
     """
     if not callable(fn):
         raise TypeError(f"explain: 'fn' must be callable, got {type(fn).__name__}")
     if not isinstance(backend, str):
         raise TypeError(f"explain: 'backend' must be a backend name such as 'xlabridge', got {backend!r}")
+    if tpu is not None:
+        _tpu_pass.check_target(tpu)
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Report:
         torch._dynamo.reset()
-        with diagnose() as report:
+        with diagnose(tpu=tpu) as report:
             torch.compile(fn, backend=backend)(*args, **kwargs)
         return report
 

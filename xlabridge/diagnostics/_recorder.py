@@ -32,27 +32,45 @@ T = TypeVar("T")
 class Recorder:
     """The events of one observation, in memory; ``log`` also gets them as JSON lines at the end.
 
-    ``capture_hlo`` asks the bridge probe to save each XLA graph's HLO module proto beside
-    ``log`` (``<log>.hlo/<pid>-<graph>-<segment>.pb``), for views that compile or read them.
+    ``capture_hlo`` asks the bridge probe to save each XLA graph's HLO module proto in
+    ``hlo_dir`` (default: beside ``log``, ``<log>.hlo/<pid>-g<graph>-<n>.hlo.pb``), for views
+    that compile or read them; ``hlo_file`` names in the events are relative to ``base``, the
+    directory that holds the log (or ``hlo_dir``).
     """
 
-    def __init__(self, *, log: str | os.PathLike[str] | None = None, capture_hlo: bool = False) -> None:
-        if capture_hlo and log is None:
-            raise ValueError("diagnose: capture_hlo=True needs log=PATH (the HLO files are written beside the log)")
+    def __init__(
+        self,
+        *,
+        log: str | os.PathLike[str] | None = None,
+        capture_hlo: bool = False,
+        hlo_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.events: list[ev.Event] = []
         self.log = Path(log) if log is not None else None
+        if hlo_dir is not None:
+            self.hlo_dir: Path | None = Path(hlo_dir)
+        elif self.log is not None:
+            self.hlo_dir = self.log.with_name(self.log.name + ".hlo")
+        else:
+            self.hlo_dir = None
+        if capture_hlo and self.hlo_dir is None:
+            raise ValueError("diagnose: capture_hlo=True needs log=PATH (the HLO files are written beside the log)")
         self.capture_hlo = capture_hlo
         self.warned: set[str] = set()
+
+    @property
+    def base(self) -> Path | None:
+        """The directory ``hlo_file`` names are relative to."""
+        return self.hlo_dir.parent if self.hlo_dir is not None else None
 
     def add(self, event: ev.Event) -> None:
         self.events.append(event)
 
     def hlo_path(self, name: str) -> tuple[Path, str]:
-        """Where to write the HLO file ``name``, and its name relative to the log's directory."""
-        assert self.log is not None
-        directory = self.log.with_name(self.log.name + ".hlo")
-        directory.mkdir(parents=True, exist_ok=True)
-        return directory / name, f"{directory.name}/{name}"
+        """Where to write the HLO file ``name``, and its name relative to ``base``."""
+        assert self.hlo_dir is not None
+        self.hlo_dir.mkdir(parents=True, exist_ok=True)
+        return self.hlo_dir / name, f"{self.hlo_dir.name}/{name}"
 
     def write(self) -> Path | None:
         """Write the events to ``log`` (when one was given)."""

@@ -24,6 +24,9 @@ _TOP_LEVEL = {
                "``breaks`` (*DynamoBreak*), ``recompiles`` (*Recompile*), ``recompile_groups`` (*RecompileGroup*)"),
     "hlo": ("object", "how torch_xla's bridge lowered each FX graph: ``break_count``, ``graphs`` (*XlaGraph*), "
             "``breaks`` (*HloBreak*)"),
+    "tpu": ("*TpuView* or null", "the TPU view (``xlabridge report --tpu``, ``diagnose(tpu=...)``): each distinct "
+            "XLA graph compiled for a TPU topology by libtpu on this machine after the run, not run on a TPU; "
+            "``graphs`` (*TpuGraph*)"),
     "findings": ("array of *Finding*", "conclusions worth acting on"),
     "warnings": ("array of string", "what the diagnostics could not observe, in plain words"),
 }
@@ -42,7 +45,7 @@ _ENVIRONMENT = (
 )
 
 _ROWS = (rp.TimeSplit, rp.ProbeReport, rp.DynamoGraph, rp.DynamoBreak, rp.Recompile, rp.RecompileGroup,
-         rp.XlaGraph, rp.Segment, rp.HloBreak, rp.Finding)
+         rp.XlaGraph, rp.Segment, rp.HloBreak, rp.TpuView, rp.TpuGraph, rp.Finding)
 
 _HEADER = f"""# Report and event log schemas
 

@@ -48,6 +48,8 @@ class EventType(str, enum.Enum):
     GRAPH_CALLS = "graph_calls"
     TRANSFER = "transfer"
     PROCESS_END = "process_end"
+    TPU_COMPILED = "tpu_compiled"
+    TPU_PASS = "tpu_pass"
 
 
 class ProbeState(str, enum.Enum):
@@ -257,6 +259,8 @@ class XlaGraphSeen(Event):
     hash: str = _field("torch_xla's graph hash, hex")
     origin: GraphOrigin = _field("``dynamo`` or ``lazy``", GraphOrigin.DYNAMO)
     hlo_file: str | None = _field("HLO module proto saved beside the log (``capture_hlo=True``), relative to it", None)
+    num_partitions: int = _field("devices the graph is partitioned over (SPMD: the mesh's device count), else 1", 1)
+    frames: list[Frame] = _field("the user stack that produced the graph (lazy graphs: the sync or host read)", factory=list)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -326,11 +330,51 @@ class ProcessEnd(Event):
     )
 
 
+@dataclasses.dataclass
+class TpuCompiled(Event):
+    """One distinct XLA graph of the run compiled for a TPU topology by libtpu, after the run.
+
+    Written by the process that compiled it (``diagnose(tpu=...)``'s, or the ``xlabridge
+    report --tpu`` command's), not by the one that ran the graph; nothing runs on a TPU.
+    """
+
+    type: ClassVar[EventType] = EventType.TPU_COMPILED
+    hash: str = _field("the ``xla_graph`` hash it compiles")
+    start: float = _field("monotonic start of the compile request")
+    num_partitions: int = _field("devices the program is partitioned over", 1)
+    hlo_file: str | None = _field("the HLO module proto compiled, relative to the log's directory", None)
+    result: dict[str, Any] | None = _field(
+        "``xlabridge.tpu.TpuCompileResult.to_dict()`` (schema ``xlabridge.tpu-compile/1``) without the "
+        "optimized HLO text: kernels, HBM, cost, versions, label; ``null`` when it did not compile", None
+    )
+    tpu_hlo_file: str | None = _field("the optimized TPU HLO text saved beside the log, relative to it", None)
+    collectives: list[dict[str, Any]] = _field(
+        "collectives in the optimized TPU HLO, per kind: ``kind``, ``count``, ``bytes`` (per device, one run)",
+        factory=list,
+    )
+    error: str = _field("why it did not compile: XLA:TPU's refusal, a dead worker, no HLO captured", "")
+
+
+@dataclasses.dataclass
+class TpuPass(Event):
+    """The TPU compiles of one report: for which topology, with which libtpu, at what cost."""
+
+    type: ClassVar[EventType] = EventType.TPU_PASS
+    start: float = _field("monotonic start of the pass (worker start-up included)")
+    topology: str = _field("libtpu's topology name, such as ``v5e:2x2``")
+    generation: str = _field("TPU generation (``v5e``)", "")
+    libtpu_version: str = _field("libtpu that compiled", "")
+    jax_version: str = _field("JAX that drove it", "")
+    graphs: int = _field("distinct XLA graphs it was given", 0)
+    error: str = _field("why no graph was compiled (libtpu missing, the worker did not start)", "")
+
+
 EVENT_CLASSES: dict[EventType, type[Event]] = {
     cls.type: cls
     for cls in (
         ProcessStart, ProbeStatus, DynamoCompile, GraphCaptured, GraphBreak, Recompile, CompilePath,
         BridgeGraph, Partitioned, XlaGraphSeen, XlaCompile, GraphCalled, GraphCalls, Transfer, ProcessEnd,
+        TpuCompiled, TpuPass,
     )
 }
 assert set(EVENT_CLASSES) == set(EventType), "every event type has its class"

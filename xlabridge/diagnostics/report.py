@@ -5,7 +5,7 @@
 apart). Causes, suggestions and which frame is the user's are decided here, from the raw
 facts in the events, so a newer xlabridge re-reads an older log with its newer knowledge.
 
-The JSON form is versioned by ``SCHEMA`` (``xlabridge.report/2``); ``docs/report-schema.md``
+The JSON form is versioned by ``SCHEMA`` (``xlabridge.report/3``); ``docs/report-schema.md``
 documents every field and is generated from this module and ``events.py``
 (``python -m xlabridge.diagnostics._schema_doc``). ``str(report)`` and ``report.to_html(path)``
 render it through ``xlabridge.diagnostics.views``.
@@ -25,7 +25,9 @@ from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._frames import UNKNOWN, UserCodeRule
 from xlabridge.diagnostics.events import _field
 
-SCHEMA = "xlabridge.report/2"
+SCHEMA = "xlabridge.report/3"
+_READABLE_SCHEMAS = ("xlabridge.report/2", SCHEMA)
+"""Schemas ``from_dict`` reads: /3 added the TPU view (``tpu``); a /2 report has none."""
 
 TimeSplit = _timesplit.TimeSplit
 
@@ -153,9 +155,67 @@ class ProbeReport:
 class Finding:
     """Something the report concludes from the events, worth acting on."""
 
-    kind: str = _field("``cpu-only-graph``, ``probe``, ``cache``, ``compiled-before-observation``")
+    kind: str = _field("``cpu-only-graph``, ``probe``, ``cache``, ``compiled-before-observation``, "
+                       "``tpu-does-not-fit``, ``tpu-refused``")
     message: str = _field("what it means and what to do")
     graph: int | None = _field("``XlaGraph.index`` it is about, if any", None)
+
+
+@dataclasses.dataclass
+class TpuGraph:
+    """One distinct XLA graph of the run as XLA:TPU compiled it (compiled here, not run)."""
+
+    hash: str = _field("torch_xla's graph hash (``XlaGraph.hashes``)")
+    origin: str = _field("``dynamo`` (from a compiled FX graph) or ``lazy``", "dynamo")
+    xla_graphs: list[int] = _field("``XlaGraph.index`` of each FX graph it belongs to", factory=list)
+    pids: list[int] = _field("processes that ran it", factory=list)
+    num_partitions: int = _field("devices it is partitioned over (SPMD), else 1", 1)
+    compiled: bool = _field("whether libtpu compiled it (false: see ``error``)", False)
+    error: str = _field("why not: XLA:TPU's refusal, a dead worker, no HLO captured", "")
+    kernels: int | None = _field("kernels in the optimized TPU HLO (``xlabridge.hlo.parse_kernels``)", None)
+    kernel_names: list[str] = _field("their names", factory=list)
+    hbm_bytes: int | None = _field(
+        "HBM one device needs: arguments + outputs - aliased + temporaries + code", None)
+    hbm_capacity_bytes: int | None = _field("one device's HBM (the chip's; half of a v4 chip per TensorCore)", None)
+    argument_bytes: int | None = _field("of which arguments", None)
+    output_bytes: int | None = _field("outputs", None)
+    alias_bytes: int | None = _field("outputs written in place of donated arguments (subtracted)", None)
+    temp_bytes: int | None = _field("temporaries (peak)", None)
+    code_bytes: int | None = _field("generated code", None)
+    fits: bool | None = _field("whether it fits one device's HBM (null: not compiled)", None)
+    out_of_memory: str | None = _field("XLA:TPU's message when it ran out of HBM while compiling", None)
+    compile_seconds: float | None = _field("libtpu's compile time for it, on this machine", None)
+    flops: float | None = _field("XLA cost analysis: floating-point operations per run, per device", None)
+    bytes_accessed: float | None = _field("XLA cost analysis: bytes read and written per run, per device", None)
+    cost_model_seconds: float | None = _field(
+        "XLA's cost-model estimate (``optimal_seconds``; see ``xlabridge.tpu.result.COST_MODEL_NOTE``)", None)
+    hbm_seconds: float | None = _field("``bytes_accessed`` at the chip's HBM bandwidth: a floor, not a prediction", None)
+    devices: int | None = _field("devices of the compiled program", None)
+    chips: int | None = _field("chips they sit on", None)
+    collectives: list[dict[str, Any]] = _field(
+        "collectives as XLA:TPU scheduled them, per kind: ``kind``, ``count``, ``bytes`` per device per run",
+        factory=list)
+    tpu_hlo_file: str | None = _field("the optimized TPU HLO text, relative to the event logs", None)
+    filename: str = _field("user source line of the graph (its FX graph's first op, or a lazy graph's trigger)",
+                           UNKNOWN.filename)
+    lineno: int = _field("line", 0)
+    function: str = _field("function", UNKNOWN.function)
+
+
+@dataclasses.dataclass
+class TpuView:
+    """Every distinct XLA graph of the run compiled for one TPU topology after the run."""
+
+    topology: str = _field("libtpu topology name (``v5e:2x2``)")
+    generation: str = _field("TPU generation", "")
+    libtpu_version: str = _field("libtpu that compiled", "")
+    jax_version: str = _field("JAX that drove it", "")
+    label: str = _field("what the figures are: compiled for TPU by libtpu on this machine, not run", "")
+    seconds: float = _field("wall time of the TPU compiles (after the run; worker start-up included)", 0.0)
+    compile_seconds: float = _field("libtpu's compile time summed over the graphs", 0.0)
+    hbm_capacity_bytes: int | None = _field("one device's HBM", None)
+    graphs: list[TpuGraph] = _field("one row per distinct XLA graph", factory=list)
+    error: str = _field("why nothing was compiled (libtpu missing, the worker did not start)", "")
 
 
 @dataclasses.dataclass
@@ -172,6 +232,7 @@ class Report:
     recompile_groups: list[RecompileGroup] = _field("recompilations grouped by user location", factory=list)
     xla_graphs: list[XlaGraph] = _field("FX graphs through torch_xla's bridge", factory=list)
     hlo_breaks: list[HloBreak] = _field("FX nodes that ran outside XLA", factory=list)
+    tpu: TpuView | None = _field("the TPU view (``--tpu`` / ``tpu=``): each XLA graph compiled for a TPU", None)
     findings: list[Finding] = _field("conclusions worth acting on", factory=list)
     warnings: list[str] = _field("what the diagnostics could not observe, in plain words", factory=list)
 
@@ -196,18 +257,25 @@ class Report:
     def from_events(cls, events: Iterable[ev.Event]) -> Report:
         """The report of ``events`` (one process's or several's, in any interleaving)."""
         by_pid: dict[int, list[ev.Event]] = defaultdict(list)
+        tpu_events: list[ev.Event] = []
         for event in events:
-            by_pid[event.pid].append(event)
+            # TPU compiles are made after the run, by whichever process compiled them: not a
+            # process of the run.
+            (tpu_events if isinstance(event, (ev.TpuCompiled, ev.TpuPass)) else by_pid[event.pid]).append(event)
         report = cls()
+        builders = {}
         for pid, process_events in by_pid.items():
-            _ProcessBuilder(report, pid, process_events).build()
+            builders[pid] = _ProcessBuilder(report, pid, process_events)
+            builders[pid].build()
         report.recompile_groups = _group_recompiles(report.recompiles)
+        if tpu_events:
+            _TpuBuilder(report, builders, tpu_events).build()
         return report
 
     # ------------------------------------------------------------------ JSON
 
     def to_dict(self) -> dict[str, Any]:
-        """The report in the shape of schema ``xlabridge.report/2``."""
+        """The report in the shape of schema ``xlabridge.report/3``."""
         rows = dataclasses.asdict
         return {
             "schema": SCHEMA,
@@ -228,6 +296,7 @@ class Report:
                 "graphs": [rows(g) for g in self.xla_graphs],
                 "breaks": [rows(b) for b in self.hlo_breaks],
             },
+            "tpu": rows(self.tpu) if self.tpu is not None else None,
             "findings": [rows(f) for f in self.findings],
             "warnings": list(self.warnings),
         }
@@ -242,8 +311,8 @@ class Report:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
         """Read a report back from ``to_dict()``'s form (for example, one made on a TPU VM)."""
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"report 'schema' must be {SCHEMA!r}, got {data.get('schema')!r}")
+        if data.get("schema") not in _READABLE_SCHEMAS:
+            raise ValueError(f"report 'schema' must be one of {_READABLE_SCHEMAS}, got {data.get('schema')!r}")
         dynamo, hlo = data["dynamo"], data["hlo"]
 
         def build(kind: type, rows: Sequence[dict[str, Any]]) -> list:
@@ -253,7 +322,12 @@ class Report:
         graphs = build(XlaGraph, hlo["graphs"])
         for graph in graphs:
             graph.segments = build(Segment, graph.segments)  # type: ignore[arg-type]
+        tpu = None
+        if data.get("tpu"):
+            tpu = build(TpuView, [data["tpu"]])[0]
+            tpu.graphs = build(TpuGraph, tpu.graphs)  # type: ignore[arg-type]
         return cls(
+            tpu=tpu,
             environment=dict(data.get("environment", {})),
             processes=[dict(p) for p in data.get("processes", [])],
             probes=build(ProbeReport, data.get("probes", [])),
@@ -491,3 +565,114 @@ def _group_recompiles(recompiles: Sequence[Recompile]) -> list[RecompileGroup]:
         RecompileGroup(filename, lineno, function, len(items), items[0].reason, items[-1].reason, items[-1].category)
         for (filename, lineno, function), items in groups.items()
     ]
+
+
+_GIB = 2**30
+
+
+class _TpuBuilder:
+    """The TPU view: ``tpu_compiled`` events joined to the run's XLA graphs by hash."""
+
+    def __init__(self, report: Report, builders: dict[int, _ProcessBuilder], events: list[ev.Event]) -> None:
+        self.report, self.builders = report, builders
+        self.passes = [e for e in events if isinstance(e, ev.TpuPass)]
+        self.compiled = [e for e in events if isinstance(e, ev.TpuCompiled)]
+
+    def build(self) -> None:
+        if not self.passes:
+            return
+        last = self.passes[-1]
+        view = TpuView(
+            topology=last.topology, generation=last.generation, libtpu_version=last.libtpu_version,
+            jax_version=last.jax_version, seconds=sum(p.t - p.start for p in self.passes),
+            error="; ".join(p.error for p in self.passes if p.error),
+        )
+        if last.libtpu_version:
+            view.label = (f"compiled for TPU {last.generation} ({last.topology}) by libtpu {last.libtpu_version} "
+                          "on this machine, not run")
+        self.report.tpu = view
+        if view.error:
+            self.report.warnings.append(f"TPU view: nothing compiled: {view.error}")
+        for compiled in self.compiled:
+            view.graphs.append(self._row(compiled))
+        view.compile_seconds = sum(g.compile_seconds or 0.0 for g in view.graphs)
+        view.hbm_capacity_bytes = next((g.hbm_capacity_bytes for g in view.graphs if g.hbm_capacity_bytes), None)
+        if view.hbm_capacity_bytes is None:
+            from xlabridge.tpu import CHIPS
+
+            chip = CHIPS.get(view.generation)
+            view.hbm_capacity_bytes = chip.hbm_bytes if chip else None
+        seen = {(g.hash, g.num_partitions) for g in view.graphs}
+        missing = {h for g in self.report.xla_graphs for h in g.hashes} - {h for h, _ in seen}
+        if missing and not view.error:
+            self.report.warnings.append(
+                f"TPU view: {len(missing)} XLA graph(s) of the run were not compiled for TPU (no HLO saved)")
+        self._findings(view)
+
+    def _row(self, compiled: ev.TpuCompiled) -> TpuGraph:
+        xla = [g for g in self.report.xla_graphs if compiled.hash in g.hashes]
+        row = TpuGraph(hash=compiled.hash, num_partitions=compiled.num_partitions, error=compiled.error,
+                       xla_graphs=[g.index for g in xla], pids=sorted({g.pid for g in xla}),
+                       collectives=[dict(c) for c in compiled.collectives], tpu_hlo_file=compiled.tpu_hlo_file)
+        if not xla:
+            row.origin = ev.GraphOrigin.LAZY.value
+        row.filename, row.lineno, row.function = self._where(compiled.hash, xla)
+        result = compiled.result
+        if result is None:
+            return row
+        memory = result.get("memory") or {}
+        row.compiled = True
+        row.kernels = result.get("kernel_count")
+        row.kernel_names = list(result.get("kernels", []))
+        row.hbm_bytes = memory.get("total_bytes")
+        row.hbm_capacity_bytes = memory.get("capacity_bytes")
+        row.argument_bytes = memory.get("argument_bytes")
+        row.output_bytes = memory.get("output_bytes")
+        row.alias_bytes = memory.get("alias_bytes")
+        row.temp_bytes = memory.get("temp_bytes")
+        row.code_bytes = memory.get("generated_code_bytes")
+        row.fits = bool(result.get("fits"))
+        row.out_of_memory = result.get("out_of_memory")
+        for name in ("compile_seconds", "flops", "bytes_accessed", "cost_model_seconds", "hbm_seconds",
+                     "devices", "chips"):
+            setattr(row, name, result.get(name))
+        return row
+
+    def _where(self, digest: str, xla: list[XlaGraph]) -> tuple[str, int, str]:
+        """The user line of a graph: its FX graph's first op, or (lazy) the stack that cut it."""
+        for graph in xla:
+            for dynamo in self.report.dynamo_graphs:
+                if dynamo.compile_id == graph.compile_id and dynamo.pid == graph.pid:
+                    return dynamo.filename, dynamo.lineno, dynamo.function
+        for pid, builder in self.builders.items():
+            for seen in builder.of(ev.XlaGraphSeen):
+                if seen.hash == digest and seen.frames:
+                    frame = builder.rule.innermost(seen.frames)
+                    return frame.filename, frame.lineno, frame.function
+        return UNKNOWN.filename, 0, UNKNOWN.function
+
+    def _findings(self, view: TpuView) -> None:
+        for row in view.graphs:
+            place = f"{row.filename}:{row.lineno} ({row.function})"
+            which = (f"XLA graph {row.hash[:12]} (FX graph {', '.join(map(str, row.xla_graphs))})"
+                     if row.xla_graphs else f"lazy XLA graph {row.hash[:12]}")
+            graph = row.xla_graphs[0] if row.xla_graphs else None
+            if row.compiled and not row.fits:
+                need = (f"{row.hbm_bytes / _GIB:.2f} GiB" if row.hbm_bytes is not None
+                        else "more than it has")
+                total = row.hbm_capacity_bytes or view.hbm_capacity_bytes
+                capacity = f"{total / _GIB:.0f} GiB" if total else "its HBM"
+                self.report.findings.append(Finding(
+                    "tpu-does-not-fit",
+                    f"{which}, from {place}, does not fit a {view.generation} device's HBM ({capacity}): it needs "
+                    f"{need}{' (XLA:TPU: ' + _first_line(row.out_of_memory) + ')' if row.out_of_memory else ''}. "
+                    "Shard it over more chips (SPMD, FSDPv2), lower the batch or sequence length, recompute "
+                    "activations (gradient checkpointing), or pick a generation with more HBM.",
+                    graph=graph,
+                ))
+            elif not row.compiled and row.error.startswith("XLA:TPU refused"):
+                self.report.findings.append(Finding(
+                    "tpu-refused",
+                    f"{which}, from {place}, does not compile for TPU {view.generation}: {_first_line(row.error)}",
+                    graph=graph,
+                ))

@@ -31,6 +31,7 @@ from xlabridge.tpu.chips import CHIPS, ChipFacts, chip_facts
 from xlabridge.tpu.compiler import (
     DEFAULT_TARGET,
     TpuCompiler,
+    check_dependencies,
     compile_hlo_proto,
     compile_jax,
     compile_stablehlo,
@@ -51,6 +52,7 @@ __all__ = [
     "TpuCompiler",
     "TpuWorkerError",
     "UnknownTopologyError",
+    "check_dependencies",
     "chip_facts",
     "compile_hlo_proto",
     "compile_jax",

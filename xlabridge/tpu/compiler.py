@@ -56,7 +56,8 @@ _PALLAS_VERSION_REFUSAL = "Unsupported version"
 _FATAL_LOG_LINE = re.compile(r"^F\d{4} |Check failed")
 
 
-def _check_dependencies() -> None:
+def check_dependencies() -> None:
+    """Raise ``MissingDependencyError`` (with the extra to install) unless jax and libtpu are installed."""
     missing = [module for module in ("jax", "libtpu") if not _optional.is_available(module)]
     if missing:
         raise MissingDependencyError(
@@ -86,7 +87,7 @@ class TpuCompiler:
         timeout: float | None = None,
     ) -> None:
         self.topology = resolve_target(target)
-        _check_dependencies()
+        check_dependencies()
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
         self._graph_dir = Path(graph_dir) if graph_dir is not None else None

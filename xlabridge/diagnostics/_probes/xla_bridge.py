@@ -16,7 +16,7 @@ only (``window``), each wrapper calling the original:
 * ``torch_xla._XLAC._get_graph_hash``: each XLA graph's hash, and (``capture_hlo``) its HLO
   module proto, read from the same tensors before the bridge clears their pending graph.
 
-Outside an extraction nothing of torch_xla is replaced. Checked on torch_xla 2.9.0.
+Outside an extraction nothing of torch_xla is replaced. Checked on torch_xla 2.8.1 and 2.9.0.
 """
 
 from __future__ import annotations
@@ -126,11 +126,23 @@ class Extraction:
             if delta.compiles or delta.compile_seconds:
                 out.append(ev.XlaCompile(**at_end, graph=self.graph, phase=ev.XlaPhase.EXTRACTION,
                                          count=delta.compiles, seconds=delta.compile_seconds))
+        partitions = _recorder.safely(INFO.name, "reading the SPMD device count", spmd_partitions) or 1
         for index, partition in sorted(self.segment_partitions.items()):
             for digest, hlo_file in zip(partition.hashes, partition.hlo_files):
                 out.append(ev.XlaGraphSeen(**at_end, graph=self.graph, segment=index, hash=digest,
-                                           origin=ev.GraphOrigin.DYNAMO, hlo_file=hlo_file))
+                                           origin=ev.GraphOrigin.DYNAMO, hlo_file=hlo_file,
+                                           num_partitions=partitions))
         return out
+
+
+def spmd_partitions() -> int:
+    """Devices an XLA graph is partitioned over: all of them under SPMD (``xr.use_spmd()``), else 1.
+
+    Public ``torch_xla.runtime`` functions (2.8 and 2.9).
+    """
+    import torch_xla.runtime as xr
+
+    return xr.global_runtime_device_count() if xr.is_spmd() else 1
 
 
 def _node_record(node: torch.fx.Node, fallback_ops: dict[str, list[str]]) -> ev.CpuNode:

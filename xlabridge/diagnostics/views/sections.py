@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from xlabridge.diagnostics.report import Report, TimeSplit, XlaGraph
+    from xlabridge.diagnostics.report import Report, TimeSplit, TpuGraph, XlaGraph
 
 _ENVIRONMENT_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("torch", ("torch",)),
@@ -94,10 +94,34 @@ def where(filename: str, lineno: int, function: str) -> str:
 
 
 def seconds(value: float | None) -> str:
-    """``1.23 s``, ``45.6 ms``, ``-`` for unknown."""
+    """``1.23 s``, ``45.6 ms``, ``12.3 µs`` (under 0.1 ms), ``-`` for unknown."""
     if value is None:
         return "-"
-    return f"{value:.2f} s" if abs(value) >= 1 else f"{value * 1e3:.1f} ms"
+    if abs(value) >= 1:
+        return f"{value:.2f} s"
+    if value == 0 or abs(value) >= 1e-4:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value * 1e6:.1f} µs"
+
+
+def size(value: float | None) -> str:
+    """``1.25 GiB``, ``3.4 MiB``, ``512 B``; ``-`` for unknown."""
+    if value is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}" if unit == "GiB" else f"{value / scale:.1f} {unit}"
+    return f"{int(value)} B"
+
+
+def count(value: float | None) -> str:
+    """``1.2 G``, ``34.5 M``, ``980``; ``-`` for unknown."""
+    if value is None:
+        return "-"
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value:.0f}"
 
 
 def environment_line(report: Report) -> str:
@@ -193,6 +217,65 @@ def _hlo(report: Report) -> Section:
     return section
 
 
+def _tpu_graph_label(row: TpuGraph) -> str:
+    if row.xla_graphs:
+        return ",".join(str(i) for i in row.xla_graphs)
+    return "lazy"
+
+
+def _tpu(report: Report) -> Section | None:
+    view = report.tpu
+    if view is None:
+        return None
+    section = Section("tpu", f"TPU view ({view.topology})")
+    if view.error:
+        section.summary = "nothing compiled"
+        section.notes.append(view.error)
+        return section
+    fits = sum(1 for g in view.graphs if g.fits)
+    section.summary = (
+        f"{plural(len(view.graphs), 'XLA graph')} {view.label}; {fits} of {len(view.graphs)} fit one device's "
+        f"{size(view.hbm_capacity_bytes)} of HBM; the TPU compiles took {seconds(view.seconds)} after the run "
+        f"(libtpu's own compile time {seconds(view.compile_seconds)})"
+    )
+    rows = []
+    for g in view.graphs:
+        if not g.compiled:
+            rows.append([_tpu_graph_label(g), g.hash[:12], "error", "-", "-", "-", "-", "-", "-",
+                         where(g.filename, g.lineno, g.function)])
+            continue
+        rows.append([
+            _tpu_graph_label(g), g.hash[:12], str(g.kernels) if g.kernels is not None else "-", size(g.hbm_bytes),
+            "yes" if g.fits else "NO", seconds(g.compile_seconds), seconds(g.cost_model_seconds),
+            seconds(g.hbm_seconds), count(g.flops), where(g.filename, g.lineno, g.function),
+        ])
+    if not rows:
+        section.notes.append("the run executed no XLA graph to compile")
+        return section
+    section.tables.append(Table(
+        ["graph", "hash", "kernels", "HBM", "fits", "compile", "cost model", "HBM floor", "flops", "where"],
+        rows, [10, 12, 7, 10, 4, 9, 10, 9, 8, 0],
+    ))
+    sharded = [g for g in view.graphs if g.collectives]
+    if sharded:
+        section.tables.append(Table(
+            ["graph", "hash", "devices", "collectives on TPU (count, bytes per device per run)"],
+            [[_tpu_graph_label(g), g.hash[:12], str(g.num_partitions),
+              "; ".join(f"{c['kind']} x{c['count']} ({size(c['bytes'])})" for c in g.collectives)]
+             for g in sharded],
+            [6, 12, 7, 0],
+        ))
+    for g in view.graphs:
+        if g.error:
+            section.notes.append(f"graph {_tpu_graph_label(g)} ({g.hash[:12]}): {first_line(g.error)}")
+    section.notes.append(
+        "cost model: XLA's cost analysis, at rates fixed inside libtpu rather than the chip's: it ranks "
+        "graphs, it does not predict a step time ('-': the graph holds a custom call it cannot cost); "
+        "HBM floor: the bytes it counts at the chip's HBM bandwidth"
+    )
+    return section
+
+
 def _reasons(first: str, last: str, count: int) -> str:
     first, last = first_line(first), first_line(last)
     return first if count == 1 or first == last else f"first: {first} | last: {last}"
@@ -226,6 +309,9 @@ def build(report: Report) -> list[Section]:
     recompiles = _recompiles(report)
     if recompiles is not None:
         out.append(recompiles)
+    tpu = _tpu(report)
+    if tpu is not None:
+        out.append(tpu)
     findings = [f.message for f in report.findings if f.kind != "probe"]
     if findings:
         out.append(Section("findings", "Findings", notes=findings))

@@ -47,7 +47,7 @@ def _table(table: Table) -> list[str]:
     """
     indent, gap = "  ", "  "
     headers, rows, caps = table.headers, table.rows, table.caps
-    natural = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    natural = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
     widths = [min(n, cap) if cap else n for n, cap in zip(natural, caps)]
     fixed = sum(w for w, cap in zip(widths, caps) if cap)
     left = WIDTH - len(indent) - len(gap) * (len(headers) - 1) - fixed

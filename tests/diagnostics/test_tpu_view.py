@@ -1,0 +1,236 @@
+"""The TPU view of reports: every XLA graph of a run compiled for a TPU topology after the run.
+
+Figures are checked against reference compiles made without xlabridge (``tests/tpu/_reference``:
+libtpu's compile-only client driven directly, kernels counted by walking the optimized
+HloModuleProto); findings against graphs known not to fit or to be refused by XLA:TPU.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import requires_xla
+from tests.tpu import _hlo_proto, _reference
+from tests.tpu.conftest import requires_tpu_compiler
+from xlabridge.diagnostics import _tpu_pass, diagnose, events, explain
+from xlabridge.diagnostics._frames import UNKNOWN
+from xlabridge.diagnostics.report import Report
+from xlabridge.errors import MissingDependencyError, UnknownTopologyError
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPOLOGY = "v5e:2x2"
+
+pytestmark = [requires_xla, requires_tpu_compiler]
+
+
+def _mlp_training(device: torch.device, steps: int = 2) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 64).to(device), torch.randint(0, 10, (32,)).to(device)
+
+    def loss_of(x, y):
+        return torch.nn.functional.cross_entropy(model(x), y)
+
+    compiled = torch.compile(loss_of, backend="xlabridge")
+    import torch_xla
+
+    for _ in range(steps):
+        compiled(x, y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        torch_xla.sync()
+
+
+@pytest.fixture(scope="module")
+def mlp_run(tmp_path_factory):
+    import torch_xla
+
+    torch._dynamo.reset()
+    log = tmp_path_factory.mktemp("tpu-view") / "events.jsonl"
+    with diagnose(tpu=TOPOLOGY, log=log) as report:
+        _mlp_training(torch_xla.device())
+    return report, log
+
+
+def test_every_xla_graph_of_a_training_step_is_compiled_for_tpu(mlp_run):
+    report, _ = mlp_run
+    hashes = {digest for graph in report.xla_graphs for digest in graph.hashes}
+    assert [g.role for g in report.xla_graphs] == ["forward", "backward"]
+    view = report.tpu
+    assert view is not None and view.topology == TOPOLOGY and view.generation == "v5e"
+    assert view.libtpu_version and "not run" in view.label and "libtpu" in view.label
+    assert {row.hash for row in view.graphs} == hashes and len(view.graphs) == len(hashes)
+    for row in view.graphs:
+        assert row.compiled and row.fits and not row.error
+        assert row.hbm_capacity_bytes == 16 * 2**30
+        assert row.filename.endswith("test_tpu_view.py") and row.function == "loss_of"
+    assert view.seconds >= view.compile_seconds > 0
+
+
+def test_tpu_figures_equal_libtpu_s_own_compile_of_the_same_graphs(mlp_run, tmp_path):
+    """Kernels and HBM per graph equal a compile of the saved HLO made without xlabridge."""
+    report, log = mlp_run
+    files = {d: f for g in report.xla_graphs for d, f in zip(g.hashes, g.hlo_files)}
+    rows = list(report.tpu.graphs)
+    jobs = [{"kind": "proto", "proto": (log.parent / files[row.hash]).read_bytes(), "topology": TOPOLOGY}
+            for row in rows]
+    for row, expected in zip(rows, _reference.run(jobs, tmp_path)):
+        assert collections.Counter(row.kernel_names) == collections.Counter(_hlo_proto.kernels(expected["proto"]))
+        assert row.kernels == len(row.kernel_names) > 0
+        memory = expected["memory"]
+        assert (row.argument_bytes, row.output_bytes, row.alias_bytes, row.temp_bytes, row.code_bytes) == (
+            memory["argument_bytes"], memory["output_bytes"], memory["alias_bytes"], memory["temp_bytes"],
+            memory["generated_code_bytes"])
+        assert row.hbm_bytes == sum(memory.values()) - 2 * memory["alias_bytes"]
+
+
+def test_the_tpu_view_round_trips_through_the_log_json_and_views(mlp_run):
+    report, log = mlp_run
+    rebuilt = Report.from_events(events.read_log(log).events)
+    assert rebuilt.to_dict() == report.to_dict()
+    assert Report.from_dict(json.loads(report.to_json())).to_dict() == report.to_dict()
+    text = str(report)
+    assert f"TPU view ({TOPOLOGY})" in text and "not run" in text
+    for row in report.tpu.graphs:
+        assert row.hash[:12] in text
+        assert row.tpu_hlo_file and (log.parent / row.tpu_hlo_file).read_text().startswith("HloModule")
+
+
+def test_a_report_of_schema_2_is_still_read():
+    data = Report().to_dict()
+    data["schema"] = "xlabridge.report/2"
+    del data["tpu"]
+    assert Report.from_dict(data).tpu is None
+
+
+def _line_of(fn) -> int:
+    return inspect.getsourcelines(fn)[1] + 1
+
+
+def _complex_graph(x):
+    return (x.to(torch.complex128) * (1 + 2j)).abs().float()
+
+
+def test_a_graph_xla_tpu_refuses_is_a_finding_with_its_line(xla_device):
+    x = torch.randn(8, 128, device=xla_device)
+    with torch.no_grad():
+        report = explain(_complex_graph, tpu=TOPOLOGY)(x)
+    (row,) = report.tpu.graphs
+    assert not row.compiled and row.fits is None and "C128 is not supported on TPU" in row.error
+    (finding,) = [f for f in report.findings if f.kind == "tpu-refused"]
+    assert f"test_tpu_view.py:{_line_of(_complex_graph)} (_complex_graph)" in finding.message
+    assert finding.graph == 0 and "C128" in finding.message
+
+
+def _three_8gib_outputs(device: torch.device) -> list[torch.Tensor]:
+    """24 GiB of outputs, traced lazily and never run (nothing is allocated here)."""
+    a = torch.full((65536, 32768), 1.0, device=device)
+    return [a, a * 2, a + 3]
+
+
+def test_a_graph_too_large_for_the_chip_is_a_finding_and_fits_a_larger_one(xla_device, tmp_path):
+    import torch_xla
+
+    proto = torch_xla._XLAC._get_xla_tensors_hlo_proto(_three_8gib_outputs(xla_device))
+    (tmp_path / "big.hlo.pb").write_bytes(proto)
+    here = events.Frame(__file__, _line_of(_three_8gib_outputs), "_three_8gib_outputs")
+    seen = events.XlaGraphSeen(t=0.0, pid=1, graph=None, hash="b16", origin=events.GraphOrigin.LAZY,
+                               hlo_file="big.hlo.pb", frames=[here])
+    for topology, fits in (("v5e:2x2", False), ("v5p:2x2x1", True)):
+        compiled = _tpu_pass.run([seen], target=topology, base=tmp_path)
+        report = Report.from_events([seen, *compiled])
+        (row,) = report.tpu.graphs
+        assert row.origin == "lazy" and row.fits is fits
+        findings = [f for f in report.findings if f.kind == "tpu-does-not-fit"]
+        if fits:
+            assert not findings and row.hbm_bytes >= 24 * 2**30
+        else:
+            # XLA:TPU either refuses it for HBM or compiles it with more than the chip holds.
+            assert ("Ran out of memory in memory space hbm" in (row.out_of_memory or "")
+                    or row.hbm_bytes >= 24 * 2**30 > row.hbm_capacity_bytes)
+            (finding,) = findings
+            assert f"test_tpu_view.py:{here.lineno} (_three_8gib_outputs)" in finding.message
+            assert "16 GiB" in finding.message
+
+
+def test_bad_tpu_arguments_are_refused_before_anything_runs(monkeypatch):
+    ran = []
+    with pytest.raises(UnknownTopologyError, match=r"tpu='v9:2x2'.*v5e:2x2"):
+        explain(lambda: ran.append(1), tpu="v9:2x2")
+    with pytest.raises(TypeError, match="'tpu' must be a TPU topology name"):
+        with diagnose(tpu=5):  # type: ignore[arg-type]
+            ran.append(1)
+    from xlabridge.tpu import compiler
+
+    monkeypatch.setattr(compiler._optional, "is_available", lambda name: name != "libtpu")
+    with pytest.raises(MissingDependencyError, match=r"xlabridge\[tpu-compile\]"):
+        with diagnose(tpu=TOPOLOGY):
+            ran.append(1)
+    assert not ran
+
+
+def test_cli_refuses_an_unknown_topology_before_running_the_command(tmp_path):
+    marker = tmp_path / "ran"
+    result = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "report", "--tpu", "v7x:1x1", "--",
+         sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert result.returncode != 0 and "--tpu='v7x:1x1'" in result.stderr and "v5e:2x2" in result.stderr
+    assert not marker.exists()
+
+
+FIVE_MODELS = """
+import torch, torch_xla
+from tests import models
+
+device = torch_xla.device()
+for name in ("gpt2", "bert", "llama", "t5", "resnet18"):
+    torch._dynamo.reset()
+    model, inputs = models.build(name, device)
+    model.train()
+    models.loss_of(torch.compile(model, backend="xlabridge")(**inputs)).backward()
+    torch_xla.sync()
+    model.eval()
+    with torch.no_grad():
+        torch.compile(model, backend="xlabridge")(**models.without_labels(model, inputs))
+    torch_xla.sync()
+"""
+
+
+@pytest.mark.slow
+def test_cli_tpu_view_covers_every_graph_of_five_models_training_and_inference(tmp_path):
+    script, logs, out = tmp_path / "five.py", tmp_path / "logs", tmp_path / "report.json"
+    script.write_text(FIVE_MODELS)
+    result = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "report", "--tpu", TOPOLOGY, "--events", str(logs),
+         "--json", str(out), "--", sys.executable, str(script)],
+        capture_output=True, text=True, timeout=1200, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "compiling" in result.stderr and "for TPU v5e:2x2" in result.stderr
+    report = Report.from_dict(json.loads(out.read_text()))
+    roles = collections.Counter(g.role for g in report.xla_graphs)
+    assert roles["forward"] >= 10 and roles["backward"] >= 5  # each model: train forward, backward, inference
+    hashes = {d for g in report.xla_graphs for d in g.hashes}
+    rows = {row.hash: row for row in report.tpu.graphs}
+    assert set(rows) == hashes
+    assert all(row.compiled and row.fits and row.kernels > 0 and row.hbm_bytes > 0 for row in rows.values())
+    assert all(row.filename != UNKNOWN.filename and row.lineno > 0 for row in rows.values())
+    reread = subprocess.run([sys.executable, "-m", "xlabridge.cli", "report", "--read", str(logs)],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert reread.returncode == 0 and f"TPU view ({TOPOLOGY})" in reread.stdout
+    assert dataclasses.asdict(report.tpu) == dataclasses.asdict(
+        Report.from_events([e for p in sorted(logs.glob("events-*.jsonl")) for e in events.read_log(p).events]).tpu)
