@@ -12,6 +12,7 @@ import dataclasses
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -234,3 +235,61 @@ def test_cli_tpu_view_covers_every_graph_of_five_models_training_and_inference(t
     assert reread.returncode == 0 and f"TPU view ({TOPOLOGY})" in reread.stdout
     assert dataclasses.asdict(report.tpu) == dataclasses.asdict(
         Report.from_events([e for p in sorted(logs.glob("events-*.jsonl")) for e in events.read_log(p).events]).tpu)
+
+
+# ``%name = SHAPE opcode(``, SHAPE an array shape or a tuple of them (async starts return tuples).
+_OPCODE = re.compile(
+    r"= (?:\([^=]*?\)|\S+) (all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
+
+
+def _count_in_tpu_hlo(text: str) -> dict[str, int]:
+    """Collectives in optimized TPU HLO text, counted by opcode in every computation (fused ones
+    included: XLA:TPU fuses an all-reduce into its reduce-scatter); the reference, as these graphs
+    have no loops."""
+    return dict(collections.Counter(match.group(1) for match in _OPCODE.finditer(text)))
+
+
+def _sharded_report(tmp_path: Path, devices: int, topology: str, *extra: str) -> tuple[Report, Path]:
+    logs = tmp_path / f"logs-{devices}-{'-'.join(extra) or 'planted'}"
+    out = logs.with_suffix(".json")
+    result = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "report", "--tpu", topology, "--events", str(logs), "--json", str(out),
+         "--", sys.executable, "-m", "xlabridge.examples.sharded_train", "--compile", "--steps", "2",
+         "--devices", str(devices), *extra],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env={**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return Report.from_dict(json.loads(out.read_text())), logs
+
+
+def _check_sharded_rows(report: Report, logs: Path, devices: int) -> dict[str, int]:
+    """Every sharded graph compiled over ``devices`` TPU devices, collectives as its TPU HLO has them."""
+    rows = report.tpu.graphs
+    assert rows and {row.hash for row in rows} == {d for g in report.xla_graphs for d in g.hashes}
+    kinds: collections.Counter = collections.Counter()
+    for row in rows:
+        assert row.compiled and row.fits and row.num_partitions == devices and row.devices == devices
+        reported = {c["kind"]: c["count"] for c in row.collectives}
+        assert reported == _count_in_tpu_hlo((logs / row.tpu_hlo_file).read_text())
+        kinds.update(reported)
+    return dict(kinds)
+
+
+def test_sharded_graphs_get_their_tpu_collectives_and_the_planted_all_gather_goes_with_the_fix(tmp_path):
+    planted, planted_logs = _sharded_report(tmp_path, 4, "v5e:2x2")
+    fixed, fixed_logs = _sharded_report(tmp_path, 4, "v5e:2x2", "--fixed")
+    planted_kinds = _check_sharded_rows(planted, planted_logs, 4)
+    fixed_kinds = _check_sharded_rows(fixed, fixed_logs, 4)
+    assert planted_kinds.get("all-gather", 0) > 0 and "all-gather" not in fixed_kinds
+    assert fixed_kinds.get("all-reduce", 0) > 0  # the row-parallel blocks' reductions stay
+    assert "collectives on TPU" in str(planted)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("devices", "topology"), [(8, "v5e:2x4"), (16, "v5e:4x4")])
+def test_a_larger_mesh_compiles_for_the_matching_pod_with_per_chip_hbm(tmp_path, devices, topology):
+    report, logs = _sharded_report(tmp_path, devices, topology)
+    kinds = _check_sharded_rows(report, logs, devices)
+    assert kinds.get("all-gather", 0) > 0
+    assert all(row.chips == devices and row.hbm_capacity_bytes == 16 * 2**30 for row in report.tpu.graphs)

@@ -116,13 +116,14 @@ def test_more_chips_hold_less_of_gpt2_each(pod):
 def test_a_step_too_large_for_a_chip_is_reported_not_raised():
     from jax._src.lib import xla_client
 
-    # 8-way sharded input, a replicated 16 GiB product: more than a v5e chip's 16 GiB on each device.
-    text = """HloModule too_big, entry_computation_layout={(f32[65536,1024]{1,0}, f32[1024,65536]{1,0})->f32[65536,65536]{1,0}}
+    # A replicated 16 GiB input beside an 8-way sharded one: each v5e device (16 GiB) must hold all
+    # of the first, whatever sharding XLA propagates to the output (as torch_xla lets it).
+    text = """HloModule too_big, entry_computation_layout={(f32[65536,65536]{1,0}, f32[65536,65536]{1,0})->f32[65536,65536]{1,0}}
 
 ENTRY main {
-  a = f32[65536,1024]{1,0} parameter(0), sharding={devices=[8,1]<=[8]}
-  b = f32[1024,65536]{1,0} parameter(1), sharding={replicated}
-  ROOT c = f32[65536,65536]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+  a = f32[65536,65536]{1,0} parameter(0), sharding={replicated}
+  b = f32[65536,65536]{1,0} parameter(1), sharding={devices=[8,1]<=[8]}
+  ROOT c = f32[65536,65536]{1,0} add(a, b)
 }
 """
     proto = xla_client._xla.hlo_module_from_text(text).as_serialized_hlo_module_proto()
