@@ -35,6 +35,16 @@ SIZES_MB = (1, 16, 256, 1024)
 K = 8192
 
 
+@pytest.fixture(autouse=True)
+def _interpret_on_xla_cpu():
+    """Interpret mode on XLA:CPU, whose float32 arithmetic flushes subnormals as a TPU does; where
+    JAX defaults to a GPU (the H100 machine), XLA:GPU keeps them and the ``ftz`` model would not hold."""
+    import jax
+
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 def _jax_input(x: torch.Tensor):
     import jax.numpy as jnp
 

@@ -66,6 +66,10 @@ _WHOLE_SIDE = {
 }
 _KINDS = {kind.value: kind for kind in CollectiveKind}
 _TRIP_COUNT = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(?P<n>\d+)')
+# Newer XLA (jax 0.11's) prints groups over named mesh axes: ``mesh['x'=2,'y'=4] {'y'}``.
+_MESH_GROUPS = re.compile(r"^mesh\[(?P<axes>[^\]]*)\]\s*\{(?P<grouped>[^}]*)\}$")
+_MESH_AXIS = re.compile(r"'([^']+)'\s*=\s*(\d+)")
+_MESH_NAME = re.compile(r"'([^']+)'")
 _IOTA_GROUPS = re.compile(r"^\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?$")
 
 
@@ -163,10 +167,31 @@ def totals(collectives: Iterable[Collective]) -> dict[CollectiveKind, Collective
     return result
 
 
+def _mesh_groups(mesh: re.Match[str]) -> tuple[tuple[int, ...], ...]:
+    """Groups of the mesh-axes form: the devices of a row-major mesh that vary along the named axes."""
+    axes = [(name, int(size)) for name, size in _MESH_AXIS.findall(mesh.group("axes"))]
+    names = [name for name, _ in axes]
+    grouped = _MESH_NAME.findall(mesh.group("grouped"))
+    unknown = [name for name in grouped if name not in names]
+    if not axes or unknown:
+        raise ValueError(f"replica_groups {mesh.group(0)!r}: cannot read its mesh axes")
+    devices = np.arange(int(np.prod([size for _, size in axes]))).reshape([size for _, size in axes])
+    if set(grouped) == set(names):
+        return ()  # one group of every device: XLA's empty replica_groups
+    others = [names.index(name) for name in names if name not in grouped]
+    order = others + [names.index(name) for name in grouped]
+    group_size = int(np.prod([axes[names.index(name)][1] for name in grouped])) if grouped else 1
+    rows = devices.transpose(order).reshape(-1, group_size)
+    return tuple(tuple(int(d) for d in row) for row in rows)
+
+
 def _replica_groups(value: str | None) -> tuple[tuple[int, ...], ...]:
     if not value:
         return ()
     value = value.strip()
+    mesh = _MESH_GROUPS.match(value)
+    if mesh:
+        return _mesh_groups(mesh)
     iota = _IOTA_GROUPS.match(value)
     if iota:
         shape = [int(d) for d in iota.group("shape").split(",")]
