@@ -119,7 +119,8 @@ def emit(recorder: _recorder.Recorder, capture_dir: Path) -> None:
             ))
         if module is not None and partitioned is not None:
             recorder.add(ev.GraphCollectives(
-                **stamp, hash=graph.graph_hash, module=module.name, num_partitions=partitions,
+                **stamp, hash=graph.graph_hash, module=module.name, module_id=module.module_id,
+                num_partitions=partitions,
                 partitioned=partitioned.to_dict(), sources=GraphSources.of_module(module).to_dict(),
             ))
     causes = {graph.graph_hash: graph.cause_text for graph in capture.trace.graphs}

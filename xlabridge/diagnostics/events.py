@@ -413,6 +413,7 @@ class GraphCollectives(Event):
     type: ClassVar[EventType] = EventType.COLLECTIVES
     hash: str = _field("torch_xla's graph hash")
     module: str = _field("the module's name in XLA's dump")
+    module_id: int = _field("its number in XLA's dump (``module_NNNN.``; compilation order in the process)", 0)
     num_partitions: int = _field("devices it is partitioned over", 1)
     partitioned: dict[str, Any] = _field(
         "``xlabridge.pod.PartitionedGraph.to_dict()``: collectives (kind, bytes, groups, executions, "

@@ -234,7 +234,6 @@ class RunGraph:
     num_partitions: int = _field("devices it is partitioned over (SPMD)", 1)
     collectives: int = _field("collectives per run of it", 0)
     collective_bytes: int = _field("their bytes per run, per device", 0)
-    xla_graph: int | None = _field("``XlaGraph.index`` whose XLA graph it is (Dynamo's), if any", None)
     pid: int = _field("process", 0)
     process: str = _field("``rank N`` where known, else ``pid N``", "")
 
@@ -245,6 +244,7 @@ class CollectiveGroup:
 
     hash: str = _field("the graph's hash (``RunGraph.hash``)")
     module: str = _field("its compiled module's name")
+    module_id: int = _field("its number in the process's XLA dump (``pod-<pid>/xla_dump/module_NNNN.*``)")
     kind: str = _field("``all-gather``, ``all-reduce``, ``reduce-scatter``, ``all-to-all``, ``collective-permute``...")
     count: int = _field("collectives per run of the graph (loop trip counts applied)")
     bytes: int = _field("bytes per run, per device: the whole tensor each works on (``xlabridge.pod.collectives``)")
@@ -630,7 +630,6 @@ class _ProcessBuilder:
         process = _pod_report.label(self.pid, first.rank)
         fx = _pod_report.FxLines(self.events)
         compiled = {e.hash: e for e in self.of(ev.GraphCollectives)}
-        ours = {h: g.index for g in self.report.xla_graphs if g.pid == self.pid for h in g.hashes}
         dynamo = {GraphCause.DYNAMO_COMPILE, GraphCause.DYNAMO_EXECUTE}
         for seen in self.of(ev.LazyGraphSeen):
             cause = classify_cause(seen.cause)
@@ -643,7 +642,7 @@ class _ProcessBuilder:
                 cause_text=seen.cause, compiles=seen.compiles, executions=seen.executions,
                 filename=where.filename, lineno=where.lineno, function=where.function, module=seen.module,
                 num_partitions=graph.num_partitions if graph else 1, collectives=sum(t.count for t in totals),
-                collective_bytes=sum(t.bytes for t in totals), xla_graph=ours.get(seen.hash),
+                collective_bytes=sum(t.bytes for t in totals),
                 pid=self.pid, process=process,
             ))
             if graph is None:
@@ -657,7 +656,7 @@ class _ProcessBuilder:
                 cause_row = members[0][1]
                 runs = [c.executions if c.executions is not None else 1 for c, _ in members]
                 group = CollectiveGroup(
-                    hash=seen.hash, module=collectives.module, kind=kind, count=sum(runs),
+                    hash=seen.hash, module=collectives.module, module_id=collectives.module_id, kind=kind, count=sum(runs),
                     bytes=sum(c.bytes * n for (c, _), n in zip(members, runs)),
                     replica_groups=[list(g) for g in members[0][0].replica_groups], category=category,
                     avoidable=cause_row.avoidable, suggestion=cause_row.suggestion, filename=line.filename,
@@ -671,7 +670,6 @@ class _ProcessBuilder:
                         "avoidable-collective",
                         f"{process}: graph {seen.hash[:10]} ({collectives.module}) runs {group.count} {kind} "
                         f"({group.bytes} bytes per device) per run for {_place(line)}: {cause_row.suggestion}",
-                        graph=ours.get(seen.hash),
                     ))
 
     def _cpu_only_findings(self) -> None:
