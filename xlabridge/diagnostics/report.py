@@ -216,6 +216,8 @@ class TpuView:
     hbm_capacity_bytes: int | None = _field("one device's HBM", None)
     graphs: list[TpuGraph] = _field("one row per distinct XLA graph", factory=list)
     error: str = _field("why nothing was compiled (libtpu missing, the worker did not start)", "")
+
+
 @dataclasses.dataclass
 class RunGraph:
     """One distinct XLA graph a process ran, as torch_xla's debug file tells it (``--pod``):
