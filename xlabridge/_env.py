@@ -18,6 +18,10 @@ REPORT_DIR = "XLABRIDGE_REPORT_DIR"
 """Set by ``xlabridge report`` for the processes it runs: where each writes its event log."""
 CAPTURE_HLO = "XLABRIDGE_CAPTURE_HLO"
 """``1``, set by ``xlabridge report --capture-hlo``: each process saves its XLA graphs' HLO protos."""
+POD = "XLABRIDGE_POD"
+"""``1``, set by ``xlabridge report --pod``: each process captures its XLA graphs (lazy ones too),
+their collectives and source lines (``xlabridge.pod.capture_environment``); automatic when
+``WORLD_SIZE`` > 1."""
 AUTOCAST_BACKEND = "XLABRIDGE_AUTOCAST_BACKEND"
 """``auto`` | ``cpp`` | ``python``: how autocast kernels are registered (``xlabridge.autocast``)."""
 AUTOCAST_BUILD_DIR = "XLABRIDGE_AUTOCAST_BUILD_DIR"

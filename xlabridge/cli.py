@@ -1,12 +1,15 @@
 """The ``xlabridge`` command.
 
-  xlabridge report [--json FILE] [--html FILE] [--events DIR] [--capture-hlo] [--tpu TOPOLOGY]
+  xlabridge report [--json FILE] [--html FILE] [--events DIR] [--capture-hlo] [--pod] [--tpu TOPOLOGY]
                    [--cache-dir DIR] -- python train.py ARGS...
       run an unmodified script and report its graph breaks, HLO lowering breaks, recompilations
       and where its time went; every Python process of the command writes an event log when
       it exits (also when it raises), and the report merges them (process ids kept apart).
       ``--tpu v5e:2x2``: after the run, each distinct XLA graph is compiled for that TPU
       topology by libtpu on this machine (the TPU view: kernels, HBM, fits; nothing runs on a TPU).
+      ``--pod`` also captures every XLA graph the processes run, lazily traced ones included,
+      with the collectives of sharded graphs and the differences between processes
+      (automatic when ``WORLD_SIZE`` > 1).
 
   xlabridge report --read DIR [--tpu TOPOLOGY] [--json FILE] [--html FILE]
       rebuild the report from event logs kept with ``--events`` (a newer xlabridge re-reads them);
@@ -127,6 +130,8 @@ def _report(args: argparse.Namespace) -> int:
         env[_env.REPORT_DIR] = str(directory.resolve())
         if args.capture_hlo or tpu is not None:
             env[_env.CAPTURE_HLO] = "1"
+        if args.pod:
+            env[_env.POD] = "1"
         if args.cache_dir:
             from xlabridge import cache
 
@@ -203,6 +208,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with pictures")
     report.add_argument("--events", metavar="DIR", help="keep each process's event log (events-<pid>.jsonl) in DIR")
     report.add_argument("--capture-hlo", action="store_true", help="save each XLA graph's HLO proto beside the logs")
+    report.add_argument(
+        "--pod", action="store_true",
+        help="capture every XLA graph (lazy ones too), their collectives and per-process differences",
+    )
     report.add_argument("--read", metavar="DIR", help="rebuild the report from the event logs in DIR, run nothing")
     report.add_argument(
         "--tpu", metavar="TOPOLOGY",

@@ -45,6 +45,13 @@ ONE_OF_EACH: list[ev.Event] = [
                    collectives=[{"kind": "all-gather", "count": 2, "bytes": 4096}]),
     ev.TpuPass(**STAMP, start=1.0, topology="v5e:2x2", generation="v5e", libtpu_version="0.0.23",
                jax_version="0.7.1", graphs=1),
+    ev.LazyGraphSeen(**STAMP, hash="cd34", cause="user torch_xla.sync", compiles=1, executions=3, frames=[FRAME],
+                     frames_truncated=True, inputs=4, outputs=2, module="SyncTensorsGraph.27"),
+    ev.LazyRuns(**STAMP, runs=[ev.LazyRun(0, "cd34", "user torch_xla.sync", True), ev.LazyRun(1, "cd34", "user torch_xla.sync")]),
+    ev.GraphCollectives(**STAMP, hash="cd34", module="SyncTensorsGraph.27", module_id=3, num_partitions=4,
+                        partitioned={"name": "m", "num_partitions": 4, "collectives": [], "parameters": []},
+                        sources={"lines": ["/home/u/train.py:17 (aten__mm)"], "stacks": []}),
+    ev.FxCode(**STAMP, filename="<eval_with_key>.3", graph=0, lines=[ev.FxLine(5, "mm", (FRAME,))]),
 ]
 
 

@@ -7,7 +7,7 @@ import atexit
 import os
 from pathlib import Path
 
-from xlabridge.diagnostics import _recorder, _session
+from xlabridge.diagnostics import _pod, _recorder, _session
 
 
 def log_path(directory: str | os.PathLike[str], pid: int) -> Path:
@@ -15,12 +15,24 @@ def log_path(directory: str | os.PathLike[str], pid: int) -> Path:
     return Path(directory) / f"events-{pid}.jsonl"
 
 
-def observe_until_exit(directory: str, *, capture_hlo: bool = False) -> None:
-    """Observe this process from now on; at exit write its event log into ``directory``."""
+def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool = False) -> None:
+    """Observe this process from now on; at exit write its event log into ``directory``.
+
+    ``pod``: also capture its XLA graphs, lazily traced ones included, and their collectives
+    (``_pod``; torch_xla must not be imported yet).
+    """
     recorder = _recorder.Recorder(log=log_path(directory, os.getpid()), capture_hlo=capture_hlo)
+    capture_dir = _pod.directory(directory, os.getpid()) if pod else None
+    if capture_dir is not None:
+        _pod.start(capture_dir)
     _session.start(recorder)
 
     def finish() -> None:
+        if capture_dir is not None:
+            _recorder.safely(_pod.INFO.name, "reading torch_xla's debug file and XLA's dump", _pod.emit,
+                             recorder, capture_dir)
+        else:
+            _recorder.safely(_pod.INFO.name, "checking for SPMD", _pod.hint, recorder)
         _session.stop(recorder)
         _recorder.safely("diagnostics", "writing the event log", recorder.write)
 

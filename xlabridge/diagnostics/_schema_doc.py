@@ -27,6 +27,8 @@ _TOP_LEVEL = {
     "tpu": ("*TpuView* or null", "the TPU view (``xlabridge report --tpu``, ``diagnose(tpu=...)``): each distinct "
             "XLA graph compiled for a TPU topology by libtpu on this machine after the run, not run on a TPU; "
             "``graphs`` (*TpuGraph*)"),
+    "pod": ("object", "what ``--pod`` captured: ``graphs`` (*RunGraph*), ``collectives`` (*CollectiveGroup*), "
+            "``divergences`` (*ProcessDivergence*), ``uneven_compiles`` (*UnevenCompile*)"),
     "findings": ("array of *Finding*", "conclusions worth acting on"),
     "warnings": ("array of string", "what the diagnostics could not observe, in plain words"),
 }
@@ -45,7 +47,8 @@ _ENVIRONMENT = (
 )
 
 _ROWS = (rp.TimeSplit, rp.ProbeReport, rp.DynamoGraph, rp.DynamoBreak, rp.Recompile, rp.RecompileGroup,
-         rp.XlaGraph, rp.Segment, rp.HloBreak, rp.TpuView, rp.TpuGraph, rp.Finding)
+         rp.XlaGraph, rp.Segment, rp.HloBreak, rp.TpuView, rp.TpuGraph, rp.RunGraph, rp.CollectiveGroup,
+         rp.ProcessDivergence, rp.UnevenCompile, rp.Finding)
 
 _HEADER = f"""# Report and event log schemas
 

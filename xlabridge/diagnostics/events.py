@@ -50,6 +50,10 @@ class EventType(str, enum.Enum):
     PROCESS_END = "process_end"
     TPU_COMPILED = "tpu_compiled"
     TPU_PASS = "tpu_pass"
+    LAZY_GRAPH = "lazy_graph"
+    LAZY_RUNS = "lazy_runs"
+    COLLECTIVES = "collectives"
+    FX_CODE = "fx_code"
 
 
 class ProbeState(str, enum.Enum):
@@ -367,6 +371,75 @@ class TpuPass(Event):
     jax_version: str = _field("JAX that drove it", "")
     graphs: int = _field("distinct XLA graphs it was given", 0)
     error: str = _field("why no graph was compiled (libtpu missing, the worker did not start)", "")
+@dataclasses.dataclass(kw_only=True)
+class LazyGraphSeen(Event):
+    """One distinct XLA graph of the process as torch_xla's debug file tells it (``xlabridge
+    report --pod``): lazily traced graphs cut at a sync or a host read, and Dynamo's too."""
+
+    type: ClassVar[EventType] = EventType.LAZY_GRAPH
+    hash: str = _field("torch_xla's graph hash, hex")
+    cause: str = _field("torch_xla's words for what cut it (its first execution's), verbatim")
+    compiles: int = _field("XLA compilations of it", 0)
+    executions: int = _field("its executions", 0)
+    frames: list[Frame] = _field("the Python stack that first cut it, outermost first", factory=list)
+    frames_truncated: bool = _field("torch_xla kept only the innermost ``PT_XLA_DEBUG_MAX_FRAME`` frames", False)
+    inputs: int = _field("graph inputs", 0)
+    outputs: int = _field("graph outputs", 0)
+    module: str = _field("name of the module XLA compiled for it (``SyncTensorsGraph.N``); empty if not joined", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class LazyRun:
+    """One graph execution, in the order the process ran them."""
+
+    step: int = _field("step ends (``torch_xla.sync()``, ``torch_xla.compile`` regions) before it")
+    hash: str = _field("the graph's hash")
+    cause: str = _field("torch_xla's words for what cut it")
+    compiled: bool = _field("compiled just before this execution", False)
+
+
+@dataclasses.dataclass(kw_only=True)
+class LazyRuns(Event):
+    """Every XLA graph execution of the process, in order (what lines processes up by step)."""
+
+    type: ClassVar[EventType] = EventType.LAZY_RUNS
+    runs: list[LazyRun] = _field("the executions", factory=list)
+
+
+@dataclasses.dataclass(kw_only=True)
+class GraphCollectives(Event):
+    """The module XLA compiled for one graph (partitioned, optimized), as read from XLA's dump."""
+
+    type: ClassVar[EventType] = EventType.COLLECTIVES
+    hash: str = _field("torch_xla's graph hash")
+    module: str = _field("the module's name in XLA's dump")
+    module_id: int = _field("its number in XLA's dump (``module_NNNN.``; compilation order in the process)", 0)
+    num_partitions: int = _field("devices it is partitioned over", 1)
+    partitioned: dict[str, Any] = _field(
+        "``xlabridge.pod.PartitionedGraph.to_dict()``: collectives (kind, bytes, groups, executions, "
+        "metadata, Python stack) and input shardings", factory=dict)
+    sources: dict[str, Any] = _field(
+        "``xlabridge.pod.GraphSources.to_dict()``: its instructions' source lines and distinct stacks", factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class FxLine:
+    """One line of an FX graph's generated code and the node it runs."""
+
+    lineno: int = _field("line in the generated code")
+    node: str = _field("the FX node's name")
+    frames: tuple[Frame, ...] = _field("the node's ``stack_trace``, outermost first", ())
+
+
+@dataclasses.dataclass(kw_only=True)
+class FxCode(Event):
+    """The generated code of one FX graph torch_xla's bridge traced (``<eval_with_key>.N``): stacks
+    recorded while it ran end in it, and this maps its lines back to the user's."""
+
+    type: ClassVar[EventType] = EventType.FX_CODE
+    filename: str = _field("the code's file name, ``<eval_with_key>.N``")
+    graph: int | None = _field("the ``bridge_graph`` it belongs to", None)
+    lines: list[FxLine] = _field("its lines that run a node with a stack trace", factory=list)
 
 
 EVENT_CLASSES: dict[EventType, type[Event]] = {
@@ -375,6 +448,7 @@ EVENT_CLASSES: dict[EventType, type[Event]] = {
         ProcessStart, ProbeStatus, DynamoCompile, GraphCaptured, GraphBreak, Recompile, CompilePath,
         BridgeGraph, Partitioned, XlaGraphSeen, XlaCompile, GraphCalled, GraphCalls, Transfer, ProcessEnd,
         TpuCompiled, TpuPass,
+        LazyGraphSeen, LazyRuns, GraphCollectives, FxCode,
     )
 }
 assert set(EVENT_CLASSES) == set(EventType), "every event type has its class"
@@ -418,7 +492,7 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-_NESTED = {"Frame": Frame, "CpuNode": CpuNode, "SegmentRecord": SegmentRecord}
+_NESTED = {"Frame": Frame, "CpuNode": CpuNode, "SegmentRecord": SegmentRecord, "LazyRun": LazyRun, "FxLine": FxLine}
 _ENUMS = {"ProbeState": ProbeState, "SegmentKind": SegmentKind, "XlaPhase": XlaPhase, "GraphOrigin": GraphOrigin}
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from xlabridge.diagnostics import _timesplit, causes
+from xlabridge.diagnostics import _pod_report, _timesplit, causes
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._frames import UNKNOWN, UserCodeRule
 from xlabridge.diagnostics.events import _field
@@ -219,6 +219,73 @@ class TpuView:
 
 
 @dataclasses.dataclass
+class RunGraph:
+    """One distinct XLA graph a process ran, as torch_xla's debug file tells it (``--pod``):
+    lazily traced graphs, cut at a sync or a host read, and Dynamo-compiled ones."""
+
+    hash: str = _field("torch_xla's graph hash")
+    origin: str = _field("``lazy`` (traced outside ``torch.compile``) or ``dynamo``")
+    cause: str = _field("what cut it: ``sync``, ``torch-xla-compile``, ``pending-flush``, ``host-read``, "
+                        "``dynamo-compile``, ``dynamo-execute`` or ``other`` (``xlabridge.pod.GraphCause``)")
+    cause_text: str = _field("torch_xla's words for it")
+    compiles: int = _field("XLA compilations of it")
+    executions: int = _field("its executions")
+    filename: str = _field("user source line that cut it (the sync, the host read, the compiled call)")
+    lineno: int = _field("line")
+    function: str = _field("function")
+    module: str = _field("the module XLA compiled for it, in XLA's dump", "")
+    num_partitions: int = _field("devices it is partitioned over (SPMD)", 1)
+    collectives: int = _field("collectives per run of it", 0)
+    collective_bytes: int = _field("their bytes per run, per device", 0)
+    pid: int = _field("process", 0)
+    process: str = _field("``rank N`` where known, else ``pid N``", "")
+
+
+@dataclasses.dataclass
+class CollectiveGroup:
+    """The collectives of one XLA graph of one kind, cause and user line, per run of the graph."""
+
+    hash: str = _field("the graph's hash (``RunGraph.hash``)")
+    module: str = _field("its compiled module's name")
+    module_id: int = _field("its number in the process's XLA dump (``pod-<pid>/xla_dump/module_NNNN.*``)")
+    kind: str = _field("``all-gather``, ``all-reduce``, ``reduce-scatter``, ``all-to-all``, ``collective-permute``...")
+    count: int = _field("collectives per run of the graph (loop trip counts applied)")
+    bytes: int = _field("bytes per run, per device: the whole tensor each works on (``xlabridge.pod.collectives``)")
+    replica_groups: list[list[int]] = _field("device groups of the first (empty: all devices)", factory=list)
+    category: str = _field("the matching row of ``xlabridge.pod.COLLECTIVE_CAUSES``", "other")
+    avoidable: bool = _field("whether that cause is usually avoidable", False)
+    suggestion: str = _field("what to change", "")
+    filename: str = _field("user source line that produced the tensor", UNKNOWN.filename)
+    lineno: int = _field("line", 0)
+    function: str = _field("function", UNKNOWN.function)
+    op_type: str = _field("the op that needed it (HLO metadata)", "")
+    unknown_executions: int = _field("collectives in loops of unknown trip count, counted once", 0)
+    pid: int = _field("process", 0)
+
+
+@dataclasses.dataclass
+class ProcessDivergence:
+    """At one step and position the processes ran different graphs."""
+
+    step: int = _field("training step (syncs before it)")
+    position: int = _field("index of the graph among the step's executions")
+    graphs: dict[str, str | None] = _field("process → graph hash it ran there (``null``: none)", factory=dict)
+    differences: dict[str, list[str]] = _field(
+        "process → source lines of its graph that the others' lack (HLO metadata and user frames)", factory=dict)
+
+
+@dataclasses.dataclass
+class UnevenCompile:
+    """The same graph at the same place compiled on some processes only (the others wait)."""
+
+    step: int = _field("training step")
+    position: int = _field("index among the step's executions")
+    hash: str = _field("the graph")
+    compiled_on: list[str] = _field("processes that compiled it there", factory=list)
+    cached_on: list[str] = _field("processes that had it compiled", factory=list)
+
+
+@dataclasses.dataclass
 class Report:
     """Everything observed over one ``explain`` call, ``diagnose`` block or CLI run."""
 
@@ -233,6 +300,10 @@ class Report:
     xla_graphs: list[XlaGraph] = _field("FX graphs through torch_xla's bridge", factory=list)
     hlo_breaks: list[HloBreak] = _field("FX nodes that ran outside XLA", factory=list)
     tpu: TpuView | None = _field("the TPU view (``--tpu`` / ``tpu=``): each XLA graph compiled for a TPU", None)
+    run_graphs: list[RunGraph] = _field("XLA graphs the processes ran, lazily traced ones too (``--pod``)", factory=list)
+    collectives: list[CollectiveGroup] = _field("collectives per XLA graph, grouped (``--pod``)", factory=list)
+    divergences: list[ProcessDivergence] = _field("places where processes ran different graphs", factory=list)
+    uneven_compiles: list[UnevenCompile] = _field("compiles some processes only did", factory=list)
     findings: list[Finding] = _field("conclusions worth acting on", factory=list)
     warnings: list[str] = _field("what the diagnostics could not observe, in plain words", factory=list)
 
@@ -270,6 +341,7 @@ class Report:
         report.recompile_groups = _group_recompiles(report.recompiles)
         if tpu_events:
             _TpuBuilder(report, builders, tpu_events).build()
+        _across_processes(report, list(builders.values()))
         return report
 
     # ------------------------------------------------------------------ JSON
@@ -297,6 +369,12 @@ class Report:
                 "breaks": [rows(b) for b in self.hlo_breaks],
             },
             "tpu": rows(self.tpu) if self.tpu is not None else None,
+            "pod": {
+                "graphs": [rows(g) for g in self.run_graphs],
+                "collectives": [rows(c) for c in self.collectives],
+                "divergences": [rows(d) for d in self.divergences],
+                "uneven_compiles": [rows(u) for u in self.uneven_compiles],
+            },
             "findings": [rows(f) for f in self.findings],
             "warnings": list(self.warnings),
         }
@@ -338,6 +416,10 @@ class Report:
             recompile_groups=build(RecompileGroup, dynamo.get("recompile_groups", [])),
             xla_graphs=graphs,
             hlo_breaks=build(HloBreak, hlo["breaks"]),
+            run_graphs=build(RunGraph, data.get("pod", {}).get("graphs", [])),
+            collectives=build(CollectiveGroup, data.get("pod", {}).get("collectives", [])),
+            divergences=build(ProcessDivergence, data.get("pod", {}).get("divergences", [])),
+            uneven_compiles=build(UnevenCompile, data.get("pod", {}).get("uneven_compiles", [])),
             findings=build(Finding, data.get("findings", [])),
             warnings=list(data.get("warnings", [])),
         )
@@ -383,6 +465,7 @@ class _ProcessBuilder:
         self._dynamo()
         self._recompiles()
         self._xla_graphs()
+        self._run_graphs()
 
     def _where(self, frames: Sequence[ev.Frame]) -> dict[str, Any]:
         frame = self.rule.innermost(frames)
@@ -541,6 +624,57 @@ class _ProcessBuilder:
                 ))
         self._cpu_only_findings()
 
+    def _run_graphs(self) -> None:
+        """The graphs torch_xla's debug file recorded, and the collectives XLA compiled into each."""
+        from xlabridge.pod import PartitionedGraph, classify
+        from xlabridge.pod.lazy import GraphCause, classify_cause
+
+        first = self.events[0]
+        process = _pod_report.label(self.pid, first.rank)
+        fx = _pod_report.FxLines(self.events)
+        compiled = {e.hash: e for e in self.of(ev.GraphCollectives)}
+        dynamo = {GraphCause.DYNAMO_COMPILE, GraphCause.DYNAMO_EXECUTE}
+        for seen in self.of(ev.LazyGraphSeen):
+            cause = classify_cause(seen.cause)
+            where = self.rule.innermost(fx.expand(seen.frames))
+            collectives = compiled.get(seen.hash)
+            graph = PartitionedGraph.from_dict(collectives.partitioned) if collectives else None
+            totals = graph.totals().values() if graph else ()
+            self.report.run_graphs.append(RunGraph(
+                hash=seen.hash, origin="dynamo" if cause in dynamo else "lazy", cause=cause.value,
+                cause_text=seen.cause, compiles=seen.compiles, executions=seen.executions,
+                filename=where.filename, lineno=where.lineno, function=where.function, module=seen.module,
+                num_partitions=graph.num_partitions if graph else 1, collectives=sum(t.count for t in totals),
+                collective_bytes=sum(t.bytes for t in totals),
+                pid=self.pid, process=process,
+            ))
+            if graph is None:
+                continue
+            groups: dict[tuple, list] = {}
+            for collective in graph.collectives:
+                cause_row = classify(collective, graph)
+                line = _pod_report.user_frame(self.rule, fx, collective.stack, collective.source)
+                groups.setdefault((collective.kind.value, cause_row.category, line), []).append((collective, cause_row))
+            for (kind, category, line), members in groups.items():
+                cause_row = members[0][1]
+                runs = [c.executions if c.executions is not None else 1 for c, _ in members]
+                group = CollectiveGroup(
+                    hash=seen.hash, module=collectives.module, module_id=collectives.module_id, kind=kind, count=sum(runs),
+                    bytes=sum(c.bytes * n for (c, _), n in zip(members, runs)),
+                    replica_groups=[list(g) for g in members[0][0].replica_groups], category=category,
+                    avoidable=cause_row.avoidable, suggestion=cause_row.suggestion, filename=line.filename,
+                    lineno=line.lineno, function=line.function,
+                    op_type=members[0][0].source.op_type if members[0][0].source else "",
+                    unknown_executions=sum(c.executions is None for c, _ in members), pid=self.pid,
+                )
+                self.report.collectives.append(group)
+                if group.avoidable:
+                    self.report.findings.append(Finding(
+                        "avoidable-collective",
+                        f"{process}: graph {seen.hash[:10]} ({collectives.module}) runs {group.count} {kind} "
+                        f"({group.bytes} bytes per device) per run for {_place(line)}: {cause_row.suggestion}",
+                    ))
+
     def _cpu_only_findings(self) -> None:
         """One finding per FX graph of Dynamo compiled for XLA with every tensor on the CPU."""
         ours = [g for g in self.report.xla_graphs if g.pid == self.pid]
@@ -555,6 +689,37 @@ class _ProcessBuilder:
                 "meant for the CPU compiles faster with backend='inductor'.",
                 graph=graphs[0] if graphs else None,
             ))
+
+
+def _place(frame: ev.Frame) -> str:
+    return f"{frame.filename}:{frame.lineno} ({frame.function})" if frame is not UNKNOWN else "an unknown line"
+
+
+def _across_processes(report: Report, builders: Sequence[_ProcessBuilder]) -> None:
+    """Graphs that differ between processes at the same step, and compiles only some did."""
+    found, uneven = _pod_report.divergences([
+        (_pod_report.label(b.pid, b.events[0].rank), b.events, b.rule.is_user) for b in builders
+    ])
+    for divergence in found:
+        differences = {d.process: list(d.lines) for d in divergence.differences}
+        report.divergences.append(ProcessDivergence(
+            divergence.step, divergence.position, dict(divergence.graphs), differences))
+        lines = "; ".join(f"{name}: {', '.join(lines[:4])}" for name, lines in differences.items())
+        ran = ", ".join(f"{name}: {(graph or 'none')[:10]}" for name, graph in divergence.graphs.items())
+        report.findings.append(Finding(
+            "divergence",
+            f"at step {divergence.step} (graph {divergence.position} of the step) the processes ran different "
+            f"graphs ({ran}); on a pod "
+            f"the others wait at the next collective. Lines only some have: {lines or 'none recorded'}",
+        ))
+    for compile_ in uneven:
+        report.uneven_compiles.append(UnevenCompile(
+            compile_.step, compile_.position, compile_.graph_hash, list(compile_.compiled_on), list(compile_.cached_on)))
+        report.findings.append(Finding(
+            "uneven-compile",
+            f"at step {compile_.step} graph {compile_.graph_hash[:10]} was compiled on "
+            f"{', '.join(compile_.compiled_on)} only; {', '.join(compile_.cached_on)} waited for it",
+        ))
 
 
 def _group_recompiles(recompiles: Sequence[Recompile]) -> list[RecompileGroup]:

@@ -22,7 +22,7 @@ into events and report sections:
 from xlabridge.pod.capture import DEFAULT, Capture, CaptureWay, capture_environment, read_capture
 from xlabridge.pod.causes import COLLECTIVE_CAUSES, CollectiveCause, classify
 from xlabridge.pod.collectives import Collective, CollectiveKind, CollectiveTotals, SourceLine, find_collectives, totals
-from xlabridge.pod.divergence import Divergence, ProcessRun, SourceDifference, UnevenCompile, find_divergences
+from xlabridge.pod.divergence import Divergence, GraphSources, ProcessRun, SourceDifference, UnevenCompile, find_divergences
 from xlabridge.pod.dump import CompiledModule, read_dump
 from xlabridge.pod.frames import Frame, innermost
 from xlabridge.pod.graph import Parameter, PartitionedGraph, analyze
@@ -43,6 +43,7 @@ __all__ = [
     "Divergence",
     "Frame",
     "GraphCause",
+    "GraphSources",
     "GraphRun",
     "LazyGraph",
     "LazyTrace",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from xlabridge.pod.frames import Frame
 
-__all__ = ["instruction_stacks"]
+__all__ = ["instruction_stacks", "module_proto"]
 
 # HloProto.hlo_module; HloModuleProto.{computations, stack_frame_index};
 # HloComputationProto.instructions; HloInstructionProto.{name, metadata}; OpMetadata.stack_frame_id;
@@ -87,6 +87,18 @@ def _module_fields(proto: bytes) -> list[tuple[int, int | bytes]]:
         if wrapped and isinstance(wrapped[0], bytes):
             fields = _fields(wrapped[0])
     return fields
+
+
+def module_proto(proto: bytes) -> bytes:
+    """The serialized ``HloModuleProto`` of ``proto``: itself, or the module an ``HloProto`` wraps
+    (XLA's ``*.hlo.pb`` dump files are ``HloProto``; compilers take the module)."""
+    fields = _fields(proto)
+    if _all(fields, _MODULE_ENTRY_NAME):
+        return proto
+    wrapped = _all(fields, _HLO_PROTO_MODULE)
+    if not wrapped or not isinstance(wrapped[0], bytes):
+        raise ValueError("not an HLO module proto: neither an HloModuleProto nor an HloProto holding one")
+    return wrapped[0]
 
 
 def instruction_stacks(proto: bytes) -> dict[str, tuple[Frame, ...]]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from xlabridge.pod._hlo_proto import instruction_stacks
 from xlabridge.pod._hlo_text import parse_module
@@ -29,7 +30,7 @@ from xlabridge.pod.dump import CompiledModule
 from xlabridge.pod.frames import Frame, innermost
 from xlabridge.pod.lazy import GraphRun, LazyTrace
 
-__all__ = ["Divergence", "ProcessRun", "SourceDifference", "UnevenCompile", "find_divergences"]
+__all__ = ["Divergence", "GraphSources", "ProcessRun", "SourceDifference", "UnevenCompile", "find_divergences"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,9 @@ class ProcessRun:
     runs: tuple[GraphRun, ...]
     modules: Mapping[str, CompiledModule]
     """Graph hash → the module XLA compiled for it (``Capture.compiled``)."""
+    sources: Mapping[str, GraphSources] = dataclasses.field(default_factory=dict)
+    """Graph hash → its ``GraphSources``, for graphs whose module is not at hand (read back
+    from an event log)."""
 
     @classmethod
     def from_capture(cls, process: str, trace: LazyTrace, modules: Mapping[str, CompiledModule]) -> ProcessRun:
@@ -84,30 +88,61 @@ def _by_place(runs: tuple[GraphRun, ...]) -> dict[tuple[int, int], GraphRun]:
     return places
 
 
-def _source_lines(module: CompiledModule | None, is_user: Callable[[str], bool]) -> set[str]:
-    if module is None:
+@dataclasses.dataclass(frozen=True)
+class GraphSources:
+    """Where the computing instructions of one compiled graph come from, as recorded (raw):
+    the HLO metadata's lines and each distinct Python stack. Plain data, so a process can
+    record it in its event log and a report compare processes later with its own user-code rule."""
+
+    lines: tuple[str, ...]
+    """``file:line (op)`` from the metadata; ``<no source line> (op)`` for an op traced without one."""
+    stacks: tuple[tuple[Frame, ...], ...]
+    """Each distinct Python stack of an instruction (the module proto's), outermost first."""
+
+    @classmethod
+    def of_module(cls, module: CompiledModule) -> GraphSources:
+        lines, computing = set(), set()
+        parsed = parse_module(module.text)
+        for computation in parsed.computations.values():
+            for instruction in computation.instructions:
+                metadata = instruction.metadata
+                # Parameters are the graph's inputs: their metadata says where a buffer was made
+                # (a step earlier, for a trained weight), not what this graph computes.
+                if instruction.opcode == "parameter" or metadata.get("op_type") == "xla__device_data":
+                    continue
+                computing.add(instruction.name)
+                if metadata.get("source_file"):
+                    lines.add(f"{metadata['source_file']}:{metadata.get('source_line', '0')} ({metadata.get('op_type', '')})")
+                elif metadata.get("op_type"):
+                    # Backward ops are traced on autograd's thread, without Python frames.
+                    lines.add(f"<no source line> ({metadata['op_type']})")
+        stacks = instruction_stacks(module.proto) if module.proto else {}
+        distinct = {stacks[name] for name in computing & stacks.keys()}
+        return cls(tuple(sorted(lines)), tuple(sorted(distinct, key=lambda stack: [str(f) for f in stack])))
+
+    def user_lines(self, is_user: Callable[[str], bool]) -> set[str]:
+        """The metadata lines and, per stack, its innermost frame that ``is_user``."""
+        lines = set(self.lines)
+        for stack in self.stacks:
+            frame: Frame | None = innermost(stack, is_user)
+            if frame is not None:
+                lines.add(str(frame))
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lines": list(self.lines), "stacks": [[dataclasses.asdict(f) for f in stack] for stack in self.stacks]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GraphSources:
+        return cls(tuple(data["lines"]), tuple(tuple(Frame(**f) for f in stack) for stack in data["stacks"]))
+
+
+def _source_lines(process: ProcessRun, graph_hash: str | None, is_user: Callable[[str], bool]) -> set[str]:
+    if graph_hash is None:
         return set()
-    lines, computing = set(), set()
-    parsed = parse_module(module.text)
-    for computation in parsed.computations.values():
-        for instruction in computation.instructions:
-            metadata = instruction.metadata
-            # Parameters are the graph's inputs: their metadata says where a buffer was made
-            # (a step earlier, for a trained weight), not what this graph computes.
-            if instruction.opcode == "parameter" or metadata.get("op_type") == "xla__device_data":
-                continue
-            computing.add(instruction.name)
-            if metadata.get("source_file"):
-                lines.add(f"{metadata['source_file']}:{metadata.get('source_line', '0')} ({metadata.get('op_type', '')})")
-            elif metadata.get("op_type"):
-                # Backward ops are traced on autograd's thread, without Python frames.
-                lines.add(f"<no source line> ({metadata['op_type']})")
-    stacks = instruction_stacks(module.proto) if module.proto else {}
-    for name in computing & stacks.keys():
-        frame: Frame | None = innermost(stacks[name], is_user)
-        if frame is not None:
-            lines.add(str(frame))
-    return lines
+    module = process.modules.get(graph_hash)
+    sources = GraphSources.of_module(module) if module is not None else process.sources.get(graph_hash)
+    return sources.user_lines(is_user) if sources is not None else set()
 
 
 def find_divergences(
@@ -120,16 +155,14 @@ def find_divergences(
     if len(processes) < 2:
         raise ValueError(f"find_divergences compares processes: it needs at least two, got {len(processes)}")
     places = {p.process: _by_place(p.runs) for p in processes}
-    modules = {p.process: p.modules for p in processes}
+    by_name = {p.process: p for p in processes}
     divergences: list[Divergence] = []
     uneven: list[UnevenCompile] = []
     for place in sorted(set().union(*(set(p) for p in places.values()))):
         ran = {name: places[name].get(place) for name in places}
         hashes = {name: run.graph_hash if run else None for name, run in ran.items()}
         if len(set(hashes.values())) > 1:
-            lines = {
-                name: _source_lines(modules[name].get(h) if h else None, is_user) for name, h in hashes.items()
-            }
+            lines = {name: _source_lines(by_name[name], h, is_user) for name, h in hashes.items()}
             differences = []
             for name, own in lines.items():
                 others = set().union(*(lines[other] for other in lines if other != name and hashes[other] != hashes[name]))

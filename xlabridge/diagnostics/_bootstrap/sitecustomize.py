@@ -17,9 +17,9 @@ def _start_collecting() -> None:
     if not directory:
         return
     try:
-        from xlabridge.diagnostics import _process
+        from xlabridge.diagnostics import _pod, _process
 
-        _process.observe_until_exit(directory, capture_hlo=_env.get(_env.CAPTURE_HLO) == "1")
+        _process.observe_until_exit(directory, capture_hlo=_env.get(_env.CAPTURE_HLO) == "1", pod=_pod.wanted())
     except Exception as error:
         sys.stderr.write(f"xlabridge: diagnostics are off in this process ({type(error).__name__}: {error})\n")
 

@@ -12,7 +12,8 @@ only (``window``), each wrapper calling the original:
   after each node (the bridge clears them before each node, so the ops listed are that
   node's), the only place the ops a node ran on the CPU can be known;
 * ``dynamo_bridge.extract_internal``: each XLA partition's FX nodes (the bridge deletes the
-  partition modules afterwards);
+  partition modules afterwards) and the lines of its generated code, which the Python stacks
+  of its HLO (``XLA_HLO_DEBUG``) end in;
 * ``torch_xla._XLAC._get_graph_hash``: each XLA graph's hash, and (``capture_hlo``) its HLO
   module proto, read from the same tensors before the bridge clears their pending graph.
 
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import linecache
 import operator
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -181,6 +184,24 @@ def _segments(extraction: Extraction, compiled: Any) -> None:
         compiled.recompile()
 
 
+_ASSIGNS = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
+
+
+def _fx_code(extraction: Extraction, gm: torch.fx.GraphModule) -> None:
+    """Emit the lines of ``gm``'s generated code that run a node with a stack trace: stacks
+    recorded while it is traced (``XLA_HLO_DEBUG``) end in that code, not in the user's."""
+    filename = gm.forward.__code__.co_filename
+    nodes = {node.name: node for node in gm.graph.nodes}
+    lines = []
+    for lineno, text in enumerate(linecache.getlines(filename), start=1):
+        match = _ASSIGNS.match(text)
+        node = nodes.get(match.group(1)) if match else None
+        frames = _frames.from_stack_trace(node.meta.get("stack_trace")) if node is not None else []
+        if frames:
+            lines.append(ev.FxLine(lineno, node.name, tuple(frames)))
+    _recorder.emit(ev.FxCode(**_recorder.stamp(), filename=filename, graph=extraction.graph, lines=lines))
+
+
 def _save_hlo(extraction: Extraction, tensors: Any, number: int) -> str | None:
     if not extraction.capture:
         return None
@@ -223,6 +244,7 @@ def _install_window(installation: Installation, extraction: Extraction) -> None:
     def wrap_extract_internal(original: Any) -> Any:
         def extract_internal(xla_model: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
             partition = _Partition(ops=_recorder.safely(INFO.name, "reading a partition", graph_ops, xla_model) or [])
+            _recorder.safely(INFO.name, "reading a partition's generated code", _fx_code, extraction, xla_model)
             extraction.partitions.append(partition)
             partition.compiled = original(xla_model, *args, **kwargs)
             return partition.compiled

@@ -296,16 +296,107 @@ def _recompiles(report: Report) -> Section | None:
     )
 
 
+def byte_size(value: int) -> str:
+    """``512 B``, ``2.0 KiB``, ``3.5 MiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} B"
+
+
+def _run_graphs(report: Report) -> Section | None:
+    if not report.run_graphs:
+        return None
+    lazy = [g for g in report.run_graphs if g.origin == "lazy"]
+    several = len({g.pid for g in report.run_graphs}) > 1
+    return Section(
+        "run_graphs", "XLA graphs run",
+        summary=f"{plural(len(report.run_graphs), 'graph')} ({len(lazy)} traced lazily), "
+        f"{sum(g.executions for g in report.run_graphs)} executions, "
+        f"{plural(sum(g.compiles for g in report.run_graphs), 'compile')}",
+        tables=[Table(
+            (["process"] if several else []) + ["graph", "origin", "cause", "compiles", "runs", "devices",
+                                                 "collectives", "where"],
+            [([g.process] if several else []) + [
+                g.hash[:10], g.origin, g.cause, str(g.compiles), str(g.executions), str(g.num_partitions),
+                f"{g.collectives} ({byte_size(g.collective_bytes)})" if g.collectives else "-",
+                where(g.filename, g.lineno, g.function)] for g in report.run_graphs],
+            ([8] if several else []) + [10, 6, 17, 8, 5, 7, 18, 0],
+        )],
+    )
+
+
+def _collectives(report: Report) -> Section | None:
+    if not report.collectives:
+        return None
+    avoidable = [c for c in report.collectives if c.avoidable]
+    section = Section(
+        "collectives", "Collectives",
+        summary=f"{sum(c.count for c in report.collectives)} per run of their graphs over "
+        f"{plural(len({c.hash for c in report.collectives}), 'graph')}, "
+        f"{byte_size(sum(c.bytes for c in report.collectives))} per device; "
+        f"{sum(c.count for c in avoidable)} likely avoidable",
+        tables=[Table(
+            ["graph", "kind", "count", "bytes", "groups", "where", "cause"],
+            [[c.hash[:10], c.kind, str(c.count), byte_size(c.bytes),
+              " ".join("{" + ",".join(map(str, g)) + "}" for g in c.replica_groups) or "all",
+              where(c.filename, c.lineno, c.function), c.category + (" (avoidable)" if c.avoidable else "")]
+             for c in report.collectives],
+            [10, 18, 5, 9, 16, 0, 30],
+        )],
+    )
+    for category in dict.fromkeys(c.category for c in avoidable):
+        section.notes.append(f"{category}: {next(c.suggestion for c in avoidable if c.category == category)}")
+    return section
+
+
+def _processes(report: Report) -> Section | None:
+    if len({g.pid for g in report.run_graphs}) < 2 and not report.divergences:
+        return None
+    names = dict.fromkeys(g.process for g in report.run_graphs)
+    section = Section(
+        "processes", "Processes",
+        summary=f"{plural(len(names), 'process')}, {plural(len(report.divergences), 'divergence')}, "
+        f"{plural(len(report.uneven_compiles), 'uneven compile')}",
+        tables=[Table(
+            ["process", "graphs", "runs", "compiles"],
+            [[name, str(len(gs)), str(sum(g.executions for g in gs)), str(sum(g.compiles for g in gs))]
+             for name in names for gs in [[g for g in report.run_graphs if g.process == name]]],
+            [10, 6, 6, 8],
+        )],
+    )
+    if report.divergences:
+        section.tables.append(Table(
+            ["step", "graph", "graphs run", "lines only this process has"],
+            [[str(d.step), str(d.position),
+              ", ".join(f"{name}: {(h or 'none')[:10]}" for name, h in d.graphs.items()),
+              " | ".join(f"{name}: {', '.join(lines)}" for name, lines in d.differences.items()) or "-"]
+             for d in report.divergences],
+            [4, 5, 40, 0],
+        ))
+    if report.uneven_compiles:
+        section.tables.append(Table(
+            ["step", "graph", "hash", "compiled on", "cached on"],
+            [[str(u.step), str(u.position), u.hash[:10], ", ".join(u.compiled_on), ", ".join(u.cached_on)]
+             for u in report.uneven_compiles],
+            [4, 5, 10, 30, 0],
+        ))
+    if not report.divergences:
+        section.notes.append("every process ran the same graphs in the same order")
+    return section
+
+
 def build(report: Report) -> list[Section]:
     """The sections of ``report``, in the order both views show them."""
     out = [Section("environment", "xlabridge report", summary=environment_line(report))]
     time = _time(report)
     if time is not None:
         out.append(time)
-    if not _observed(report):
+    if not _observed(report) and not report.run_graphs:
         out.append(Section("empty", "", notes=["no graphs observed"]))
-    else:
+    elif _observed(report):
         out += [_dynamo(report), _hlo(report)]
+    out += [s for s in (_run_graphs(report), _collectives(report), _processes(report)) if s is not None]
     recompiles = _recompiles(report)
     if recompiles is not None:
         out.append(recompiles)

@@ -1,0 +1,141 @@
+"""Lazily traced graphs and collectives of one process, from torch_xla's and XLA's own records.
+
+What torch_xla compiles and executes outside ``torch.compile`` (graphs cut at
+``torch_xla.sync()`` or a host read) it tells only its debug file, and the partitioned module of
+an SPMD graph XLA writes only to its dump; both read their switches once, when they start. So
+under ``xlabridge report`` the start-up hook sets them for each process, in a directory of its
+own (``pod-<pid>`` beside the event logs: XLA numbers dumped modules per process and torch_xla
+appends to its debug file), before torch_xla is imported (``start``). At exit, ``emit`` reads
+that capture (``xlabridge.pod.read_capture``) into events: a ``lazy_graph`` per distinct graph,
+``lazy_runs`` (every execution, in order), an ``xla_graph`` per lazily traced graph (its
+pre-partition module saved beside the log with ``--capture-hlo``) and ``collectives`` per graph
+whose compiled module the dump holds.
+
+It costs where the run does not: source lines (``XLA_HLO_DEBUG``) at tracing, the dump's file
+writes at each compilation. Hence opt-in (``xlabridge report --pod``), and automatic where a run
+is multi-process (``WORLD_SIZE`` > 1). An SPMD run observed without it is told so (``hint``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from xlabridge import _env
+from xlabridge.diagnostics import _recorder
+from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._probes import ProbeInfo, Status, xla_metrics
+
+INFO = ProbeInfo(
+    name="xla.capture",
+    surface="PT_XLA_DEBUG_LEVEL=2 with PT_XLA_DEBUG_FILE, XLA_FLAGS --xla_dump_to (text and proto), "
+    "XLA_HLO_DEBUG=1: set at start-up, read at exit",
+    checked="torch_xla 2.8.1, 2.9.0",
+    patch=False,
+    why="torch_xla reports lazily traced graphs (cause, hash, frames) only to its debug file, and XLA "
+    "the partitioned module of an SPMD graph only to its dump; both are switched on before they start",
+    sees="lazily traced graphs (cause, compiles, executions, the line that cut them), the collectives of "
+    "each graph, and differences between processes",
+)
+
+_DUMP_FLAGS = ("--xla_dump_to=", "--xla_dump_hlo_as_text", "--xla_dump_hlo_as_proto")
+
+
+def wanted() -> bool:
+    """Whether this process should be captured: ``--pod``, or a multi-process run."""
+    if _env.get(_env.POD) == "1":
+        return True
+    world = _env.get(_env.WORLD_SIZE) or ""
+    return world.isdigit() and int(world) > 1
+
+
+def directory(report_dir: str | os.PathLike[str], pid: int) -> Path:
+    """Where process ``pid`` keeps its capture: ``pod-<pid>`` in the report's directory."""
+    return Path(report_dir) / f"pod-{pid}"
+
+
+def start(capture_dir: Path) -> None:
+    """Switch the capture on for this process; call before torch_xla is imported.
+
+    A parent process's capture flags (inherited through ``XLA_FLAGS``) give way to this process's.
+    """
+    from xlabridge.pod import capture_environment
+
+    own = " ".join(flag for flag in (_env.get(_env.XLA_FLAGS) or "").split() if not flag.startswith(_DUMP_FLAGS))
+    for name, value in capture_environment(capture_dir, xla_flags=own).items():
+        _env.put(name, value)
+
+
+def _status(state: ev.ProbeState, reason: str = "") -> ev.ProbeStatus:
+    status = Status(INFO, state, reason)
+    return status.event(_recorder.stamp())
+
+
+def _save_lazy_hlo(recorder: _recorder.Recorder, module, graph_hash: str) -> str | None:
+    """The module torch_xla handed XLA (pre-partition, with its shardings), saved beside the log."""
+    from xlabridge.pod._hlo_proto import module_proto
+
+    dump = Path(_env.get(_env.PT_XLA_DEBUG_FILE) or "").parent / "xla_dump"
+    found = sorted(dump.glob(f"module_{module.module_id:04d}.*.before_optimizations.hlo.pb"))
+    if not found:
+        return None
+    path, name = recorder.hlo_path(f"{os.getpid()}-lazy-{graph_hash[:16]}.hlo.pb")
+    path.write_bytes(module_proto(found[0].read_bytes()))
+    return name
+
+
+def emit(recorder: _recorder.Recorder, capture_dir: Path) -> None:
+    """Read this process's capture into ``recorder`` (at exit: the files are complete)."""
+    from xlabridge.pod import GraphCause, GraphSources, read_capture
+    from xlabridge.pod.lazy import classify_cause
+
+    capture = read_capture(capture_dir)
+    stamp = _recorder.stamp()
+    if capture.trace is None or not capture.trace.graphs:
+        executed = xla_metrics.loaded() and xla_metrics.Snapshot.take().executions > 0
+        recorder.add(_status(ev.ProbeState.SILENT, "torch_xla executed graphs, but its debug file recorded none")
+                     if executed else _status(ev.ProbeState.OK))
+        return
+    dynamo = {GraphCause.DYNAMO_COMPILE, GraphCause.DYNAMO_EXECUTE}
+    for graph in capture.trace.graphs:
+        module = capture.module_of(graph)
+        frames = [ev.Frame(f.filename, f.lineno, f.function) for f in graph.trigger]
+        recorder.add(ev.LazyGraphSeen(
+            **stamp, hash=graph.graph_hash, cause=graph.cause_text, compiles=graph.compiles,
+            executions=graph.executions, frames=frames, frames_truncated=graph.trigger_truncated,
+            inputs=graph.inputs, outputs=graph.outputs, module=module.name if module else "",
+        ))
+        partitioned = module.analyze() if module is not None else None
+        partitions = partitioned.num_partitions if partitioned is not None else 1
+        if classify_cause(graph.cause_text) not in dynamo:
+            hlo_file = None
+            if recorder.capture_hlo and module is not None:
+                hlo_file = _recorder.safely(INFO.name, "saving a lazy graph's HLO", _save_lazy_hlo,
+                                            recorder, module, graph.graph_hash)
+            recorder.add(ev.XlaGraphSeen(
+                **stamp, graph=None, hash=graph.graph_hash, origin=ev.GraphOrigin.LAZY, hlo_file=hlo_file,
+                num_partitions=partitions, frames=frames,
+            ))
+        if module is not None and partitioned is not None:
+            recorder.add(ev.GraphCollectives(
+                **stamp, hash=graph.graph_hash, module=module.name, module_id=module.module_id,
+                num_partitions=partitions,
+                partitioned=partitioned.to_dict(), sources=GraphSources.of_module(module).to_dict(),
+            ))
+    causes = {graph.graph_hash: graph.cause_text for graph in capture.trace.graphs}
+    recorder.add(ev.LazyRuns(**stamp, runs=[
+        ev.LazyRun(run.step, run.graph_hash, causes.get(run.graph_hash, ""), run.compiled) for run in capture.trace.runs
+    ]))
+    recorder.add(_status(ev.ProbeState.OK))
+
+
+def hint(recorder: _recorder.Recorder) -> None:
+    """An SPMD run observed without the capture: say what the report lacks, and how to get it."""
+    runtime = sys.modules.get("torch_xla.runtime")
+    if runtime is None or not runtime.is_spmd():
+        return
+    recorder.add(_status(
+        ev.ProbeState.UNAVAILABLE,
+        "this SPMD run was observed without capturing its XLA graphs: run it under `xlabridge report --pod`",
+    ))
