@@ -5,8 +5,9 @@
       run an unmodified script and report its graph breaks, HLO lowering breaks, recompilations
       and where its time went; every Python process of the command writes an event log when
       it exits (also when it raises), and the report merges them (process ids kept apart).
-      ``--tpu v5e:2x2``: after the run, each distinct XLA graph is compiled for that TPU
-      topology by libtpu on this machine (the TPU view: kernels, HBM, fits; nothing runs on a TPU).
+      ``--tpu v5e:2x2``: after the run, each distinct XLA graph (compiled or lazily traced: it
+      implies ``--pod``) is compiled for that TPU topology by libtpu on this machine (the TPU view:
+      kernels, HBM, fits; nothing runs on a TPU).
       ``--pod`` also captures every XLA graph the processes run, lazily traced ones included,
       with the collectives of sharded graphs and the differences between processes
       (automatic when ``WORLD_SIZE`` > 1).
@@ -130,7 +131,8 @@ def _report(args: argparse.Namespace) -> int:
         env[_env.REPORT_DIR] = str(directory.resolve())
         if args.capture_hlo or tpu is not None:
             env[_env.CAPTURE_HLO] = "1"
-        if args.pod:
+        if args.pod or tpu is not None:
+            # The TPU view compiles every XLA graph of the run: the lazily traced ones come from the capture.
             env[_env.POD] = "1"
         if args.cache_dir:
             from xlabridge import cache
@@ -216,7 +218,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--tpu", metavar="TOPOLOGY",
         help="after the run, compile each XLA graph for this TPU (e.g. v5e:2x2) with libtpu on this machine: "
-        "kernels, HBM per device, fits, compile seconds (compiled, not run on a TPU)",
+        "kernels, HBM per device, fits, compile seconds (compiled, not run on a TPU); implies --pod",
     )
     report.add_argument(
         "--cache-dir", metavar="DIR", help="persistent XLA compilation cache for the command (sets XLABRIDGE_CACHE_DIR)"
