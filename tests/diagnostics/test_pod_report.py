@@ -29,7 +29,12 @@ from tests.pod import _proto_reference
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics.report import Report
 
-pytestmark = requires_xla
+from xlabridge.diagnostics import _pod  # noqa: E402
+
+pytestmark = [
+    requires_xla,
+    pytest.mark.skipif(_pod.unsupported() is not None, reason=f"{_pod.unsupported()}"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 XLA_FLAGS = "--xla_backend_optimization_level=0"

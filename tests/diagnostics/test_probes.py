@@ -14,7 +14,7 @@ import torch
 import xlabridge.diagnostics as xd
 from tests.conftest import requires_xla
 from xlabridge import _optional
-from xlabridge.diagnostics import _recorder
+from xlabridge.diagnostics import _pod, _recorder
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._probes import selftest, xla_bridge
 from xlabridge.errors import DiagnosticsWarning
@@ -245,3 +245,25 @@ def test_a_cross_check_names_a_probe_that_saw_nothing_where_another_saw_a_graph(
     messages = [str(w.message) for w in caught if issubclass(w.category, DiagnosticsWarning)]
     assert len(messages) == 1 and "'dynamo.graphs'" in messages[0] and "9/9" in messages[0]
     assert ("dynamo.graphs", "silent") in [(p.name, p.state) for p in report.probes]
+
+
+@requires_xla
+@pytest.mark.skipif(_pod.unsupported() is None, reason="this torch_xla's capture is read (tests/diagnostics/test_pod_report.py)")
+def test_a_pod_capture_this_torch_xla_cannot_give_is_said_in_the_report(tmp_path: Path) -> None:
+    """On torch_xla 2.8 ``--pod`` captures nothing and the report names the probe and why."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "lazy.py"
+    script.write_text("import torch, torch_xla\nx = torch.ones(4, device=torch_xla.device()) * 2\ntorch_xla.sync()\n")
+    out = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "report", "--pod", "--json", str(out), "--", sys.executable, str(script)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    (probe,) = [p for p in report["probes"] if p["name"] == "xla.capture"]
+    assert probe["state"] == "unavailable" and "cannot be joined" in probe["reason"]
+    assert any("xla.capture" in warning for warning in report["warnings"])

@@ -31,7 +31,7 @@ INFO = ProbeInfo(
     name="xla.capture",
     surface="PT_XLA_DEBUG_LEVEL=2 with PT_XLA_DEBUG_FILE, XLA_FLAGS --xla_dump_to (text and proto), "
     "XLA_HLO_DEBUG=1: set at start-up, read at exit",
-    checked="torch_xla 2.8.1, 2.9.0",
+    checked="torch_xla 2.9.0",
     patch=False,
     why="torch_xla reports lazily traced graphs (cause, hash, frames) only to its debug file, and XLA "
     "the partitioned module of an SPMD graph only to its dump; both are switched on before they start",
@@ -40,6 +40,32 @@ INFO = ProbeInfo(
 )
 
 _DUMP_FLAGS = ("--xla_dump_to=", "--xla_dump_hlo_as_text", "--xla_dump_hlo_as_proto")
+
+
+SUPPORTED_FROM = (2, 9)
+"""torch_xla release the capture is read for. torch_xla 2.8.1's XLA dump names every module
+``module_0000.*`` (found running the pod report tests on 2.8.1), so graphs cannot be joined to
+the modules XLA compiled for them."""
+
+
+def unsupported() -> str | None:
+    """Why this process's torch_xla cannot be captured, or None (read without importing it)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("torch_xla")
+    except metadata.PackageNotFoundError:
+        return None  # nothing to capture; the report says torch_xla is absent
+    release = tuple(int(part) for part in version.split("+")[0].split(".")[:2] if part.isdigit())
+    if release < SUPPORTED_FROM:
+        return (f"torch_xla {version}'s XLA dump numbers every module 0000, so its graphs cannot be joined to "
+                f"their modules; the capture is read for torch_xla {'.'.join(map(str, SUPPORTED_FROM))} and later")
+    return None
+
+
+def unavailable(recorder: _recorder.Recorder, reason: str) -> None:
+    """Record that the capture was asked for and cannot run here."""
+    recorder.add(_status(ev.ProbeState.UNAVAILABLE, reason))
 
 
 def wanted() -> bool:

@@ -22,16 +22,19 @@ def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool =
     (``_pod``; torch_xla must not be imported yet).
     """
     recorder = _recorder.Recorder(log=log_path(directory, os.getpid()), capture_hlo=capture_hlo)
-    capture_dir = _pod.directory(directory, os.getpid()) if pod else None
+    refused = _pod.unsupported() if pod else None
+    capture_dir = _pod.directory(directory, os.getpid()) if pod and refused is None else None
     if capture_dir is not None:
         _pod.start(capture_dir)
     _session.start(recorder)
+    if refused is not None:
+        _pod.unavailable(recorder, refused)
 
     def finish() -> None:
         if capture_dir is not None:
             _recorder.safely(_pod.INFO.name, "reading torch_xla's debug file and XLA's dump", _pod.emit,
                              recorder, capture_dir)
-        else:
+        elif refused is None:
             _recorder.safely(_pod.INFO.name, "checking for SPMD", _pod.hint, recorder)
         _session.stop(recorder)
         _recorder.safely("diagnostics", "writing the event log", recorder.write)
