@@ -153,6 +153,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["gpt2", "bert"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--output", type=Path, default=RESULT, help="where to write the JSON")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -212,9 +213,9 @@ def main() -> None:
         "steps": args.steps,
         "models": results,
     }
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"written {RESULT.relative_to(ROOT)}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"written {args.output}")
 
 
 if __name__ == "__main__":
