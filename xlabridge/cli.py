@@ -59,35 +59,30 @@ def _check_tpu(target: str | None) -> str | None:
         raise SystemExit(f"xlabridge report: {error}") from None
 
 
-def _compile_for_tpu(directory: Path, target: str) -> None:
-    """Compile every XLA graph of the logs in ``directory`` for ``target``; write their events."""
+def _merged_report(directory: Path, tpu: str | None = None):
+    """The report of every event log in ``directory``, each read once; with ``tpu``, the run's
+    graphs are first compiled for that topology and their events written beside the logs
+    (replacing an earlier TPU log, so ``--read DIR --tpu`` can compile for another topology)."""
     from xlabridge.diagnostics import _tpu_pass, events
-
-    run_events: list = []
-    for path in sorted(directory.glob("events-*.jsonl")):
-        if path.name != _TPU_LOG:
-            run_events += events.read_log(path).events
-    graphs = len(_tpu_pass.graphs_to_compile(run_events))
-    print(f"xlabridge: compiling {graphs} XLA graph(s) for TPU {target} with libtpu (after the run, nothing runs on a TPU)",
-          file=sys.stderr)
-    compiled = _tpu_pass.run(run_events, target=target, base=directory)
-    events.write_log(compiled, directory / _TPU_LOG)
-
-
-def _merged_report(directory: Path):
-    from xlabridge.diagnostics import events
     from xlabridge.diagnostics.report import Report
 
     logs = sorted(directory.glob("events-*.jsonl"))
+    process_logs = [path for path in logs if path.name != _TPU_LOG]
     merged: list = []
     skipped = 0
-    for path in logs:
+    for path in process_logs if tpu is not None else logs:
         contents = events.read_log(path)
         merged += contents.events
         skipped += contents.skipped
+    if tpu is not None:
+        graphs = len(_tpu_pass.graphs_to_compile(merged))
+        print(f"xlabridge: compiling {graphs} XLA graph(s) for TPU {tpu} with libtpu (after the run, nothing "
+              "runs on a TPU)", file=sys.stderr)
+        compiled = _tpu_pass.run(merged, target=tpu, base=directory)
+        events.write_log(compiled, directory / _TPU_LOG)
+        merged += compiled
     report = Report.from_events(merged)
-    logs = [path for path in logs if path.name != _TPU_LOG]
-    if not logs:
+    if not process_logs:
         report.warnings.append("no Python process of the command reported: is it a Python program?")
     if skipped:
         report.warnings.append(f"{skipped} events of types this xlabridge does not know were skipped")
@@ -114,10 +109,7 @@ def _report(args: argparse.Namespace) -> int:
         directory = Path(args.read)
         if not directory.is_dir():
             raise SystemExit(f"xlabridge report: --read {str(directory)!r} is not a directory of event logs")
-        tpu = _check_tpu(args.tpu)
-        if tpu is not None:
-            _compile_for_tpu(directory, tpu)
-        _write_outputs(_merged_report(directory), args)
+        _write_outputs(_merged_report(directory, _check_tpu(args.tpu)), args)
         return 0
     if not command:
         raise SystemExit("xlabridge report: give the command to run after '--', e.g. -- python train.py")
@@ -146,9 +138,7 @@ def _report(args: argparse.Namespace) -> int:
             returncode = subprocess.call(command, env=env)
         except FileNotFoundError:
             raise SystemExit(f"xlabridge report: command not found: {command[0]!r}") from None
-        if tpu is not None:
-            _compile_for_tpu(directory, tpu)
-        report = _merged_report(directory)
+        report = _merged_report(directory, tpu)
     _write_outputs(report, args)
     if args.events:
         print(f"xlabridge: event logs kept in {args.events} (xlabridge report --read {args.events})")

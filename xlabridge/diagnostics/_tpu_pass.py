@@ -92,6 +92,8 @@ def run(
                               generation=topology.generation, graphs=len(graphs), **fields))
         return out
 
+    if not graphs:  # nothing to compile: no worker to start
+        return finish()
     try:
         compiler = tpu.TpuCompiler(topology, timeout=timeout)
         versions = compiler.versions

@@ -734,14 +734,30 @@ def _group_recompiles(recompiles: Sequence[Recompile]) -> list[RecompileGroup]:
 
 _GIB = 2**30
 
+_TPU_MEMORY_FIELDS = (
+    ("hbm_bytes", "total_bytes"), ("hbm_capacity_bytes", "capacity_bytes"), ("argument_bytes", "argument_bytes"),
+    ("output_bytes", "output_bytes"), ("alias_bytes", "alias_bytes"), ("temp_bytes", "temp_bytes"),
+    ("code_bytes", "generated_code_bytes"),
+)
+"""``TpuGraph`` fields and the ``HbmUsage.to_dict()`` keys they are read from."""
+
 
 class _TpuBuilder:
     """The TPU view: ``tpu_compiled`` events joined to the run's XLA graphs by hash."""
 
     def __init__(self, report: Report, builders: dict[int, _ProcessBuilder], events: list[ev.Event]) -> None:
-        self.report, self.builders = report, builders
+        self.report = report
         self.passes = [e for e in events if isinstance(e, ev.TpuPass)]
         self.compiled = [e for e in events if isinstance(e, ev.TpuCompiled)]
+        # Where each graph comes from, looked up once: a Dynamo graph's first op by (compile id,
+        # process); a lazily traced graph's trigger, the innermost user frame of its stack.
+        self.dynamo_places = {(g.compile_id, g.pid): (g.filename, g.lineno, g.function) for g in report.dynamo_graphs}
+        self.lazy_places: dict[str, tuple[str, int, str]] = {}
+        for builder in builders.values():
+            for seen in builder.of(ev.XlaGraphSeen):
+                if seen.frames and seen.hash not in self.lazy_places:
+                    frame = builder.rule.innermost(seen.frames)
+                    self.lazy_places[seen.hash] = (frame.filename, frame.lineno, frame.function)
 
     def build(self) -> None:
         if not self.passes:
@@ -767,8 +783,7 @@ class _TpuBuilder:
 
             chip = CHIPS.get(view.generation)
             view.hbm_capacity_bytes = chip.hbm_bytes if chip else None
-        seen = {(g.hash, g.num_partitions) for g in view.graphs}
-        missing = {h for g in self.report.xla_graphs for h in g.hashes} - {h for h, _ in seen}
+        missing = {h for g in self.report.xla_graphs for h in g.hashes} - {g.hash for g in view.graphs}
         if missing and not view.error:
             self.report.warnings.append(
                 f"TPU view: {len(missing)} XLA graph(s) of the run were not compiled for TPU (no HLO saved)")
@@ -789,13 +804,8 @@ class _TpuBuilder:
         row.compiled = True
         row.kernels = result.get("kernel_count")
         row.kernel_names = list(result.get("kernels", []))
-        row.hbm_bytes = memory.get("total_bytes")
-        row.hbm_capacity_bytes = memory.get("capacity_bytes")
-        row.argument_bytes = memory.get("argument_bytes")
-        row.output_bytes = memory.get("output_bytes")
-        row.alias_bytes = memory.get("alias_bytes")
-        row.temp_bytes = memory.get("temp_bytes")
-        row.code_bytes = memory.get("generated_code_bytes")
+        for name, key in _TPU_MEMORY_FIELDS:
+            setattr(row, name, memory.get(key))
         row.fits = bool(result.get("fits"))
         row.out_of_memory = result.get("out_of_memory")
         for name in ("compile_seconds", "flops", "bytes_accessed", "cost_model_seconds", "hbm_seconds",
@@ -806,15 +816,10 @@ class _TpuBuilder:
     def _where(self, digest: str, xla: list[XlaGraph]) -> tuple[str, int, str]:
         """The user line of a graph: its FX graph's first op, or (lazy) the stack that cut it."""
         for graph in xla:
-            for dynamo in self.report.dynamo_graphs:
-                if dynamo.compile_id == graph.compile_id and dynamo.pid == graph.pid:
-                    return dynamo.filename, dynamo.lineno, dynamo.function
-        for pid, builder in self.builders.items():
-            for seen in builder.of(ev.XlaGraphSeen):
-                if seen.hash == digest and seen.frames:
-                    frame = builder.rule.innermost(seen.frames)
-                    return frame.filename, frame.lineno, frame.function
-        return UNKNOWN.filename, 0, UNKNOWN.function
+            place = self.dynamo_places.get((graph.compile_id, graph.pid))
+            if place is not None:
+                return place
+        return self.lazy_places.get(digest, (UNKNOWN.filename, 0, UNKNOWN.function))
 
     def _findings(self, view: TpuView) -> None:
         for row in view.graphs:
