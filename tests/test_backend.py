@@ -16,7 +16,7 @@ from tests.conftest import requires_cuda, requires_xla
 from xlabridge import _forward_only, _optional
 from xlabridge._compile_path import PathKind
 from xlabridge.diagnostics import diagnose
-from xlabridge.errors import DeviceMismatchError, MissingDependencyError
+from xlabridge.errors import DeviceMismatchError
 
 REAL_MODELS = ["gpt2", "bert", "llama", "t5", "resnet18"]
 

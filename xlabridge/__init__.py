@@ -6,15 +6,16 @@ that use them, and each says what it needs when it is missing.
 
 from xlabridge import autocast, cache, diagnostics, hlo, mx, pod, tpu
 from xlabridge._compile import compile
+from xlabridge._version import __version__
 from xlabridge.backend import xlabridge_backend
 from xlabridge.diagnostics import Report, compare, diagnose, explain
 from xlabridge.errors import DeviceMismatchError, MissingDependencyError, XlabridgeError
 
-__version__ = "0.1.0"
 
 autocast.install()
 
 __all__ = [
+    "__version__",
     "Report",
     "compare",
     "compile",

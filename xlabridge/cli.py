@@ -63,8 +63,7 @@ def _merged_report(directory: Path, tpu: str | None = None):
     """The report of every event log in ``directory``, each read once; with ``tpu``, the run's
     graphs are first compiled for that topology and their events written beside the logs
     (replacing an earlier TPU log, so ``--read DIR --tpu`` can compile for another topology)."""
-    from xlabridge.diagnostics import _tpu_pass, events
-    from xlabridge.diagnostics.report import Report
+    from xlabridge.diagnostics import _tpu_pass, build_report, events
 
     logs = sorted(directory.glob("events-*.jsonl"))
     process_logs = [path for path in logs if path.name != _TPU_LOG]
@@ -81,7 +80,7 @@ def _merged_report(directory: Path, tpu: str | None = None):
         compiled = _tpu_pass.run(merged, target=tpu, base=directory)
         events.write_log(compiled, directory / _TPU_LOG)
         merged += compiled
-    report = Report.from_events(merged)
+    report = build_report(merged)
     if not process_logs:
         report.warnings.append("no Python process of the command reported: is it a Python program?")
     if skipped:
@@ -90,12 +89,14 @@ def _merged_report(directory: Path, tpu: str | None = None):
 
 
 def _write_outputs(report, args: argparse.Namespace) -> None:
-    print(report)
+    from xlabridge.diagnostics.views import render_text, write_html
+
+    print(render_text(report))
     if args.json:
         report.to_json(args.json)
         print(f"xlabridge: JSON report written to {args.json}")
     if args.html:
-        report.to_html(args.html)
+        write_html(report, args.html)
         print(f"xlabridge: HTML report written to {args.html}")
 
 

@@ -13,8 +13,8 @@ import torch
 
 import xlabridge.diagnostics as xd
 from tests.diagnostics.test_explain import DYNAMO_CASES
+from xlabridge.diagnostics import build_report
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics.report import Report
 
 
 def _line_of(fn, marker: str) -> int:
@@ -90,7 +90,7 @@ def test_a_cpu_run_round_trips_through_its_log_and_its_time_adds_up(tmp_path: Pa
         for size in (8, 8, 16):
             compiled(torch.randn(size, requires_grad=True)).sum().backward()
         wall = time.perf_counter() - began
-    assert Report.from_events(ev.read_log(tmp_path / "events.jsonl").events) == report
+    assert build_report(ev.read_log(tmp_path / "events.jsonl").events) == report
     (split,) = report.time
     shares = [split.tracing, split.xla_compile, split.execution, split.cpu_fallback, split.other]
     assert all(share >= 0 for share in shares)

@@ -26,6 +26,7 @@ import pytest
 
 from tests.conftest import requires_xla
 from tests.pod import _proto_reference
+from xlabridge.diagnostics import build_report, write_html
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics.report import Report
 
@@ -203,7 +204,7 @@ def test_text_and_html_show_the_pod_sections(runs, tmp_path):
     report, directory = runs["lazy4"]
     text = (directory / "stdout.txt").read_text()
     assert "XLA graphs run:" in text and "Collectives:" in text and "all-gather" in text
-    page = report.to_html(tmp_path / "r.html").read_text()
+    page = write_html(report, tmp_path / "r.html").read_text()
     assert "<h2>Collectives</h2>" in page and "conflicting-sharding" in page
 
 
@@ -234,6 +235,6 @@ def test_diverging_rank_is_reported_with_its_line(runs):
 def test_identical_ranks_report_no_divergence(runs):
     _, directory = runs["ranks"]
     logs = _rank_logs(directory)
-    report = Report.from_events(logs[0] + logs[2])
+    report = build_report(logs[0] + logs[2])
     assert len({g.pid for g in report.run_graphs}) == 2
     assert report.divergences == [] and report.uneven_compiles == []

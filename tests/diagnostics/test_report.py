@@ -13,6 +13,7 @@ import torch
 
 import xlabridge.diagnostics as xd
 from tests.conftest import requires_xla
+from xlabridge.diagnostics import build_report, render_text
 from xlabridge.diagnostics import causes
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics.report import Report
@@ -36,7 +37,7 @@ def test_a_report_rebuilt_from_the_saved_log_equals_the_live_one(xla_device, tmp
             torch_xla.sync()
     contents = ev.read_log(log)
     assert contents.skipped == 0
-    rebuilt = Report.from_events(contents.events)
+    rebuilt = build_report(contents.events)
     assert rebuilt == live
     assert Report.from_dict(live.to_dict()) == live
     assert live.graph_count == 4 and live.break_count == 2 and len(live.recompiles) == 2
@@ -60,7 +61,7 @@ def _events_with_recompile(reason: str) -> list[ev.Event]:
 
 
 def test_every_recompile_carries_a_reason_and_its_cause_even_when_dynamo_names_no_guard() -> None:
-    report = Report.from_events(_events_with_recompile("0/0: "))
+    report = build_report(_events_with_recompile("0/0: "))
     (recompile,) = report.recompiles
     assert recompile.category == "another-backend"
     assert "another backend" in recompile.reason and recompile.reason.startswith("0/0")
@@ -72,10 +73,10 @@ def test_every_recompile_carries_a_reason_and_its_cause_even_when_dynamo_names_n
 def test_causes_are_applied_when_the_report_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """A newer cause table re-reads an older log: categories are not stored in events."""
     events = _events_with_recompile("0/0: tensor 'x' size mismatch at index 0. expected 4, actual 8")
-    assert Report.from_events(events).recompiles[0].category == "shape-change"
+    assert build_report(events).recompiles[0].category == "shape-change"
     newer = (causes.Cause("batch-size", r"size mismatch at index 0", "Pad the last batch."), *causes.RECOMPILE_CAUSES)
     monkeypatch.setattr(causes, "RECOMPILE_CAUSES", newer)
-    (recompile,) = Report.from_events(events).recompiles
+    (recompile,) = build_report(events).recompiles
     assert (recompile.category, recompile.suggestion) == ("batch-size", "Pad the last batch.")
 
 
@@ -83,7 +84,7 @@ def test_the_user_frame_rule_travels_with_the_log() -> None:
     """Frames are classified with the recording process's directories, not the reader's."""
     events = _events_with_recompile("0/0: x")
     other_machine = dataclasses.replace(events[0], framework_paths={"torch": ["/home/u"]}, main_file=None)
-    report = Report.from_events([other_machine, *events[1:]])
+    report = build_report([other_machine, *events[1:]])
     assert report.dynamo_graphs[0].filename == "<unknown>"
 
 
@@ -119,5 +120,5 @@ def test_demo_time_split_adds_up_to_the_independently_measured_wall_time(xla_dev
     assert split.tracing >= 0.9 * dynamo_seconds > 0  # tracing holds Dynamo's compile time (and extractions)
     assert split.tracing + split.xla_compile <= wall
     assert split.cpu_fallback > 0  # the demo's exp2 runs on the host at every call
-    text = str(report)
+    text = render_text(report)
     assert "Time:" in text and "XLA compile" in text

@@ -23,6 +23,7 @@ import torch
 from tests.conftest import requires_xla
 from tests.tpu import _hlo_proto, _reference
 from tests.tpu.conftest import requires_tpu_compiler
+from xlabridge.diagnostics import build_report, render_text
 from xlabridge.diagnostics import _tpu_pass, diagnose, events, explain
 from xlabridge.diagnostics._frames import UNKNOWN
 from xlabridge.diagnostics.report import Report
@@ -98,10 +99,10 @@ def test_tpu_figures_equal_libtpu_s_own_compile_of_the_same_graphs(mlp_run, tmp_
 
 def test_the_tpu_view_round_trips_through_the_log_json_and_views(mlp_run):
     report, log = mlp_run
-    rebuilt = Report.from_events(events.read_log(log).events)
+    rebuilt = build_report(events.read_log(log).events)
     assert rebuilt.to_dict() == report.to_dict()
     assert Report.from_dict(json.loads(report.to_json())).to_dict() == report.to_dict()
-    text = str(report)
+    text = render_text(report)
     assert f"TPU view ({TOPOLOGY})" in text and "not run" in text
     for row in report.tpu.graphs:
         assert row.hash[:12] in text
@@ -150,7 +151,7 @@ def test_a_graph_too_large_for_the_chip_is_a_finding_and_fits_a_larger_one(xla_d
                                hlo_file="big.hlo.pb", frames=[here])
     for topology, fits in (("v5e:2x2", False), ("v5p:2x2x1", True)):
         compiled = _tpu_pass.run([seen], target=topology, base=tmp_path)
-        report = Report.from_events([seen, *compiled])
+        report = build_report([seen, *compiled])
         (row,) = report.tpu.graphs
         assert row.origin == "lazy" and row.fits is fits
         findings = [f for f in report.findings if f.kind == "tpu-does-not-fit"]
@@ -244,7 +245,7 @@ def test_cli_tpu_view_covers_every_graph_of_five_models_training_and_inference(t
                             capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert reread.returncode == 0 and f"TPU view ({TOPOLOGY})" in reread.stdout
     assert dataclasses.asdict(report.tpu) == dataclasses.asdict(
-        Report.from_events([e for p in sorted(logs.glob("events-*.jsonl")) for e in events.read_log(p).events]).tpu)
+        build_report([e for p in sorted(logs.glob("events-*.jsonl")) for e in events.read_log(p).events]).tpu)
 
 
 # ``%name = SHAPE opcode(``, SHAPE an array shape or a tuple of them (async starts return tuples).
@@ -301,7 +302,7 @@ def test_sharded_graphs_get_their_tpu_collectives_and_the_planted_all_gather_goe
     fixed_kinds = _check_sharded_rows(fixed, fixed_logs, 4)
     assert planted_kinds.get("all-gather", 0) > 0 and "all-gather" not in fixed_kinds
     assert fixed_kinds.get("all-reduce", 0) > 0  # the row-parallel blocks' reductions stay
-    assert "collectives on TPU" in str(planted)
+    assert "collectives on TPU" in render_text(planted)
 
 
 @pytest.mark.slow

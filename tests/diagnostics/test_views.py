@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from xlabridge.diagnostics import render_text, write_html
 from xlabridge.diagnostics.report import (
     DynamoBreak,
     DynamoGraph,
@@ -142,7 +143,8 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Report:
 
 def test_table_names_every_break_and_count(report: Report) -> None:
     table = text_view.render(report)
-    assert str(report) == table
+    assert render_text(report) == table
+    assert str(report).startswith("xlabridge report: 2 Dynamo graph(s), 1 graph break(s), 3 recompile(s)")
     for text in ("pkg/model.py:42 (forward)", "tensor-item", "Unsupported Tensor.item() call",
                  "pkg/layers.py:17 (act)", "aten::exp2", "cpu-fallback",
                  "/elsewhere/loop.py:9 (train_step)", "tensor 'x' size mismatch at index 0",
@@ -208,7 +210,7 @@ def test_empty_report_says_so() -> None:
 
 
 def test_html_is_well_formed_and_self_contained(report: Report, tmp_path: Path) -> None:
-    path = report.to_html(tmp_path / "report.html")
+    path = write_html(report, tmp_path / "report.html")
     assert path == tmp_path / "report.html"
     page = _parse(path)
     assert page.errors == []
@@ -252,14 +254,14 @@ def test_one_svg_per_fx_graph_with_its_boxes(kinds: list[str], tmp_path: Path) -
 
 
 def test_embedded_json_round_trips(report: Report, tmp_path: Path) -> None:
-    page = _parse(report.to_html(tmp_path / "r.html"))
+    page = _parse(write_html(report, tmp_path / "r.html"))
     data = json.loads(page.scripts["xlabridge-report"])
     assert Report.from_dict(data) == report
 
 
 def test_html_escapes_text(report: Report, tmp_path: Path) -> None:
     report.hlo_breaks[0].op = "aten::<exp2>"
-    path = report.to_html(tmp_path / "r.html")
+    path = write_html(report, tmp_path / "r.html")
     raw = path.read_text(encoding="utf-8")
     assert "<b>bold</b>" not in raw
     assert "aten::<exp2>" not in raw

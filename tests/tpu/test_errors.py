@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import requires_xla
 from tests.tpu.conftest import requires_tpu_compiler
 from xlabridge import tpu
-from xlabridge.errors import MissingDependencyError, TpuCompileError, TpuWorkerError, UnknownTopologyError
+from xlabridge.errors import TpuCompileError, TpuWorkerError, UnknownTopologyError
 
 ROOT = Path(__file__).resolve().parents[2]
 

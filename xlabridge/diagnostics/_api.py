@@ -15,6 +15,7 @@ import torch
 
 from xlabridge.diagnostics import _recorder, _session, _tpu_pass
 from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._build import build_report
 from xlabridge.diagnostics._probes import dynamo_graphs
 from xlabridge.diagnostics.report import Report
 
@@ -27,7 +28,7 @@ def diagnose(
     backend, and for XLA graphs how torch_xla's bridge split them and what each call costs.
 
     The yielded report is filled in when the block exits. ``log``: also write the block's
-    events there as JSON lines (``Report.from_events(events.read_log(log).events)`` rebuilds
+    events there as JSON lines (``build_report(events.read_log(log).events)`` rebuilds
     the report); ``capture_hlo``: save each XLA graph's HLO module proto beside ``log``.
     ``tpu`` (a topology such as ``"v5e:2x2"``): when the block exits, compile each distinct
     XLA graph for that TPU with libtpu on this machine (nothing runs on a TPU) and add the TPU
@@ -61,7 +62,7 @@ def diagnose(
             if scratch is not None:
                 scratch.cleanup()
         _recorder.safely("diagnostics", "writing the event log", recorder.write)
-        built = _recorder.safely("diagnostics", "building the report", Report.from_events, recorder.events)
+        built = _recorder.safely("diagnostics", "building the report", build_report, recorder.events)
         if built is not None:
             for field in dataclasses.fields(Report):
                 setattr(report, field.name, getattr(built, field.name))

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-import xlabridge
 from xlabridge import _env
+from xlabridge._version import __version__
 
 
 def _module_version(name: str) -> str | None:
@@ -38,7 +38,7 @@ def _xla_runtime() -> dict[str, Any]:
 def environment() -> dict[str, Any]:
     """Versions, the PJRT device and the TPU type (where there is one) of this process."""
     info: dict[str, Any] = {
-        "xlabridge": xlabridge.__version__,
+        "xlabridge": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": torch.__version__,

@@ -25,6 +25,7 @@ import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
 
 from xlabridge.diagnostics.events import Frame
+from xlabridge.diagnostics.report import UNKNOWN_NAME
 
 _FRAMEWORKS = ("torch", "torch_xla", "functorch", "xlabridge")
 _STDLIB = "python-stdlib"
@@ -32,7 +33,7 @@ _SITE_DIRS = ("site-packages", "dist-packages")
 """Installed packages may live under the standard library's directory: they stay the user's."""
 _FRAME_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
-UNKNOWN = Frame(filename="<unknown>", lineno=0, function="<unknown>")
+UNKNOWN = Frame(filename=UNKNOWN_NAME, lineno=0, function=UNKNOWN_NAME)
 
 
 def _package_dirs(module_name: str) -> list[str]:

@@ -15,6 +15,14 @@ from typing import Any
 
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._frames import UNKNOWN, UserCodeRule
+from xlabridge.diagnostics.report import (
+    CollectiveGroup,
+    Finding,
+    ProcessDivergence,
+    Report,
+    RunGraph,
+    UnevenCompile,
+)
 
 _GENERATED = re.compile(r"^<eval_with_key>\.\d+")
 
@@ -79,3 +87,87 @@ def divergences(processes: Sequence[tuple[str, Sequence[ev.Event], Callable[[str
     if len(runs) < 2:
         return [], []
     return find_divergences(runs, is_user=lambda filename: any(rule(filename) for rule in rules))
+
+
+def add_run_graphs(report: Report, pid: int, events: Sequence[ev.Event], rule: UserCodeRule) -> None:
+    """The graphs torch_xla's debug file recorded, and the collectives XLA compiled into each."""
+    from xlabridge.pod import PartitionedGraph, classify
+    from xlabridge.pod.lazy import GraphCause, classify_cause
+
+    first = events[0]
+    process = label(pid, first.rank)
+    fx = FxLines(events)
+    compiled = {e.hash: e for e in (e for e in events if isinstance(e, ev.GraphCollectives))}
+    dynamo = {GraphCause.DYNAMO_COMPILE, GraphCause.DYNAMO_EXECUTE}
+    for seen in (e for e in events if isinstance(e, ev.LazyGraphSeen)):
+        cause = classify_cause(seen.cause)
+        where = rule.innermost(fx.expand(seen.frames))
+        collectives = compiled.get(seen.hash)
+        graph = PartitionedGraph.from_dict(collectives.partitioned) if collectives else None
+        totals = graph.totals().values() if graph else ()
+        report.run_graphs.append(RunGraph(
+            hash=seen.hash, origin="dynamo" if cause in dynamo else "lazy", cause=cause.value,
+            cause_text=seen.cause, compiles=seen.compiles, executions=seen.executions,
+            filename=where.filename, lineno=where.lineno, function=where.function, module=seen.module,
+            num_partitions=graph.num_partitions if graph else 1, collectives=sum(t.count for t in totals),
+            collective_bytes=sum(t.bytes for t in totals),
+            pid=pid, process=process,
+        ))
+        if graph is None:
+            continue
+        groups: dict[tuple, list] = {}
+        for collective in graph.collectives:
+            cause_row = classify(collective, graph)
+            line = user_frame(rule, fx, collective.stack, collective.source)
+            groups.setdefault((collective.kind.value, cause_row.category, line), []).append((collective, cause_row))
+        for (kind, category, line), members in groups.items():
+            cause_row = members[0][1]
+            runs = [c.executions if c.executions is not None else 1 for c, _ in members]
+            group = CollectiveGroup(
+                hash=seen.hash, module=collectives.module, module_id=collectives.module_id, kind=kind, count=sum(runs),
+                bytes=sum(c.bytes * n for (c, _), n in zip(members, runs)),
+                replica_groups=[list(g) for g in members[0][0].replica_groups], category=category,
+                avoidable=cause_row.avoidable, suggestion=cause_row.suggestion, filename=line.filename,
+                lineno=line.lineno, function=line.function,
+                op_type=members[0][0].source.op_type if members[0][0].source else "",
+                unknown_executions=sum(c.executions is None for c, _ in members), pid=pid,
+            )
+            report.collectives.append(group)
+            if group.avoidable:
+                report.findings.append(Finding(
+                    "avoidable-collective",
+                    f"{process}: graph {seen.hash[:10]} ({collectives.module}) runs {group.count} {kind} "
+                    f"({group.bytes} bytes per device) per run for {place(line)}: {cause_row.suggestion}",
+                ))
+
+
+def add_divergences(report: Report, processes: Sequence[tuple[int, Sequence[ev.Event], UserCodeRule]]) -> None:
+    """Graphs that differ between processes at the same step, and compiles only some did."""
+    found, uneven = divergences([
+        (label(pid, events[0].rank), events, rule.is_user) for pid, events, rule in processes
+    ])
+    for divergence in found:
+        differences = {d.process: list(d.lines) for d in divergence.differences}
+        report.divergences.append(ProcessDivergence(
+            divergence.step, divergence.position, dict(divergence.graphs), differences))
+        lines = "; ".join(f"{name}: {', '.join(lines[:4])}" for name, lines in differences.items())
+        ran = ", ".join(f"{name}: {(graph or 'none')[:10]}" for name, graph in divergence.graphs.items())
+        report.findings.append(Finding(
+            "divergence",
+            f"at step {divergence.step} (graph {divergence.position} of the step) the processes ran different "
+            f"graphs ({ran}); on a pod "
+            f"the others wait at the next collective. Lines only some have: {lines or 'none recorded'}",
+        ))
+    for compile_ in uneven:
+        report.uneven_compiles.append(UnevenCompile(
+            compile_.step, compile_.position, compile_.graph_hash, list(compile_.compiled_on), list(compile_.cached_on)))
+        report.findings.append(Finding(
+            "uneven-compile",
+            f"at step {compile_.step} graph {compile_.graph_hash[:10]} was compiled on "
+            f"{', '.join(compile_.compiled_on)} only; {', '.join(compile_.cached_on)} waited for it",
+        ))
+
+
+def place(frame: ev.Frame) -> str:
+    """``file:line (function)`` of ``frame``, or words saying it is unknown."""
+    return f"{frame.filename}:{frame.lineno} ({frame.function})" if frame is not UNKNOWN else "an unknown line"

@@ -20,11 +20,10 @@ Intervals of one kind are merged before summing, so overlapping ones count once.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics.events import _field
+from xlabridge.diagnostics.report import TimeSplit
 
 
 def _union(intervals: Iterable[tuple[float, float]]) -> float:
@@ -35,25 +34,6 @@ def _union(intervals: Iterable[tuple[float, float]]) -> float:
         total += stop - max(start, end)
         end = stop
     return total
-
-
-@dataclasses.dataclass
-class TimeSplit:
-    """One process's wall time split into exclusive shares, in seconds."""
-
-    pid: int = _field("the process")
-    wall: float = _field("seconds from the start of observation to its end")
-    tracing: float = _field("Dynamo's compilations and the bridge's extractions, less XLA compilation in them")
-    xla_compile: float = _field("XLA compilation, wherever it happened (torch_xla's ``CompileTime``)")
-    execution: float = _field("calls of compiled graphs, less their XLA compilation and CPU-fallback work")
-    cpu_fallback: float = _field("time in the CPU nodes of partitioned graphs during their calls")
-    other: float = _field("the rest: Python between graphs, lazy tensor code, syncs outside compiled graphs")
-
-    SHARES = ("tracing", "xla_compile", "execution", "cpu_fallback", "other")
-
-    def shares(self) -> dict[str, float]:
-        """Each share as a fraction of the wall time."""
-        return {name: (getattr(self, name) / self.wall if self.wall > 0 else 0.0) for name in self.SHARES}
 
 
 def split(events: Sequence[ev.Event]) -> TimeSplit | None:

@@ -177,3 +177,8 @@ def classify_hlo_break(op: str, *, fell_back: bool) -> Cause:
     if not fell_back:
         return HOST_TENSOR
     return next(cause for cause in HLO_CAUSES if cause.matches(op))
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of ``text``, stripped (a reason's headline)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")

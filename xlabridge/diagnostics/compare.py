@@ -32,6 +32,7 @@ import torch
 
 from xlabridge import _optional
 from xlabridge.diagnostics import _recorder, _session
+from xlabridge.diagnostics._build import build_report
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._probes import xla_helper, xla_metrics
 from xlabridge.diagnostics.report import Report
@@ -263,7 +264,7 @@ def compare(
         compiled, boundary = _run_mode("compiled", compiled_step, args, kwargs, steps, warmup)
     finally:
         _session.stop(recorder)
-    report = Report.from_events(recorder.events)
+    report = build_report(recorder.events)
     dynamo = _dynamo_result(recorder.events, report, boundary, steps)
     warnings = list(report.warnings)
     if dynamo.fx_graph_calls_per_step == 0:

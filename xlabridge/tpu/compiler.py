@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from xlabridge import _env, _optional
+from xlabridge._hlo_kernels import parse_kernels
 from xlabridge.errors import MissingDependencyError, TpuCompileError, TpuWorkerError, UnknownTopologyError
 from xlabridge.tpu import _worker
 from xlabridge.tpu.result import HbmUsage, TpuCompileResult
@@ -236,8 +237,6 @@ class TpuCompiler:
         memory = HbmUsage(**reply["memory"], capacity_bytes=capacity) if status == _worker.OK else None
         hlo = reply.get("hlo", "")
         cost = reply.get("cost") or {}
-        from xlabridge.hlo import parse_kernels
-
         return TpuCompileResult(
             name=name,
             topology=topo.name,

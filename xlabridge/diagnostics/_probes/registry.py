@@ -9,8 +9,6 @@ patch and registration goes through one ``Installation``. A probe whose surface 
 
 from __future__ import annotations
 
-import logging
-import warnings
 from collections.abc import Sequence
 
 from xlabridge.diagnostics import _recorder
@@ -19,15 +17,13 @@ from xlabridge.diagnostics._probes import (
     Installation,
     ProbeInfo,
     Status,
+    _status,
     dynamo_compiles,
     dynamo_graphs,
     xla_bridge,
     xla_helper,
     xla_metrics,
 )
-from xlabridge.errors import DiagnosticsWarning
-
-logger = logging.getLogger(__name__)
 
 PROBES: tuple[ProbeInfo, ...] = (
     dynamo_compiles.INFO, dynamo_graphs.INFO, xla_helper.INFO, xla_bridge.INFO, xla_metrics.INFO,
@@ -38,8 +34,6 @@ _INSTALLED_AT_START = (dynamo_compiles, dynamo_graphs, xla_helper)
 """Probes installed when observation starts; the bridge's are installed per extraction."""
 
 _installation: Installation | None = None
-_statuses: dict[str, Status] = {}
-_warned: set[str] = set()
 
 
 def installed() -> bool:
@@ -48,40 +42,17 @@ def installed() -> bool:
 
 def statuses() -> list[Status]:
     """Each probe's status, in ``PROBES`` order."""
-    return [_statuses.setdefault(info.name, Status(info)) for info in PROBES]
+    return [_status.of(info) for info in PROBES]
 
 
-def _set(info: ProbeInfo, state: ev.ProbeState, reason: str) -> None:
-    status = _statuses.setdefault(info.name, Status(info))
-    if status.state == state and status.reason == reason:
-        return
-    status.state, status.reason = state, reason
-    message = (
-        f"xlabridge diagnostics: probe {info.name!r} ({info.surface}) is {state.value}: {reason}. "
-        f"The report lacks {info.sees}; the model runs unchanged."
-    )
-    logger.debug("%s", message)
-    _recorder.emit(status.event(_recorder.stamp()))
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(message, DiagnosticsWarning, stacklevel=4)
-
-
-def unavailable(info: ProbeInfo, reason: str) -> None:
-    """``info``'s upstream surface is missing or changed."""
-    _set(info, ev.ProbeState.UNAVAILABLE, reason)
-
-
-def silent(info: ProbeInfo, reason: str) -> None:
-    """``info`` did not fire where it should have."""
-    _set(info, ev.ProbeState.SILENT, reason)
+unavailable = _status.unavailable
+silent = _status.silent
 
 
 def install() -> None:
     """Install every probe (first recorder); a failing one is marked unavailable."""
     global _installation
-    _statuses.clear()
-    _warned.clear()  # each observation says once what it cannot see
+    _status.reset()  # each observation says once what it cannot see
     _installation = Installation()
     for module in _INSTALLED_AT_START:
         try:

@@ -1,6 +1,6 @@
 """Does every probe see, on this torch and torch_xla? A tiny compile that must fire each one.
 
-It runs in a child process, so that it disturbs nothing of the user's (no pending lazy
+The program is ``selftest_child``; it runs in a child process, so that it disturbs nothing of the user's (no pending lazy
 tensors, RNG draws, torch_xla metrics or Dynamo caches), once per (torch, torch_xla,
 xlabridge, probe sources) combination: the result is kept in the user's cache directory
 (``~/.cache/xlabridge/probes/``). Observation starts it in the background and reads it when
@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xlabridge import _env, _optional
+from xlabridge._version import __version__
 from xlabridge.diagnostics import events as ev
 
 TIMEOUT_SECONDS = 300
@@ -64,47 +65,10 @@ def expectations(events: Sequence[ev.Event], *, with_xla: bool) -> dict[str, str
     return {probe: "; ".join(items) for probe, items in missing.items()}
 
 
-def _program() -> dict[str, str]:
-    """Run in the child: compile and call the probe-firing functions, return ``expectations``."""
-    import torch
-
-    from xlabridge.diagnostics import _recorder, _session
-
-    with_xla = _optional.is_available("torch_xla")
-    recorder = _recorder.Recorder()
-    _session.start(recorder, selftest_run=False)
-    try:
-        def step(x: torch.Tensor) -> torch.Tensor:
-            y = torch.exp2((x * 3).sin())
-            print(end="")  # a Dynamo graph break
-            return y.cos()
-
-        if with_xla:
-            import torch_xla
-
-            device, backend = torch_xla.device(), "openxla"
-        else:
-            device, backend = torch.device("cpu"), "aot_eager"
-        compiled = torch.compile(step, backend=backend, dynamic=False)
-        for size in (8, 8, 8, 8, 8, 16):
-            x = torch.randn(size, device=device, requires_grad=True)
-            compiled(x).sum().backward()
-            if with_xla:
-                torch_xla.sync()
-        if with_xla:
-            torch.compile(lambda x: x * 2, backend="xlabridge")(torch.randn(4, device=device))
-            torch_xla.sync()
-    finally:
-        _session.stop(recorder)
-    return expectations(recorder.events, with_xla=with_xla)
-
-
 def _versions_key() -> str:
     from importlib import metadata
 
     import torch
-
-    import xlabridge
 
     try:
         xla = metadata.version("torch_xla") if _optional.is_available("torch_xla") else "none"
@@ -113,7 +77,7 @@ def _versions_key() -> str:
     sources = hashlib.sha256()
     for path in sorted(Path(__file__).parent.glob("*.py")):
         sources.update(path.read_bytes())
-    return f"torch-{torch.__version__}_xla-{xla}_xlabridge-{xlabridge.__version__}_{sources.hexdigest()[:12]}"
+    return f"torch-{torch.__version__}_xla-{xla}_xlabridge-{__version__}_{sources.hexdigest()[:12]}"
 
 
 def cache_path() -> Path:
@@ -138,7 +102,7 @@ class Run:
         env.pop(_env.REPORT_DIR, None)  # the child must not write a report of its own
         env[_env.PJRT_DEVICE] = "CPU"
         self._child = subprocess.Popen(
-            [sys.executable, "-c", "from xlabridge.diagnostics._probes import selftest; selftest.main()"],
+            [sys.executable, "-c", "from xlabridge.diagnostics._probes import selftest_child; selftest_child.main()"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
 
@@ -167,11 +131,3 @@ class Run:
         partial.write_text(json.dumps(self.result), encoding="utf-8")
         partial.replace(self.path)
         return self.result
-
-
-def main() -> None:
-    print(json.dumps(_program()))
-
-
-if __name__ == "__main__":
-    main()

@@ -35,7 +35,7 @@ import torch
 
 from xlabridge.diagnostics import _frames, _recorder
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._probes import Installation, ProbeInfo, xla_metrics
+from xlabridge.diagnostics._probes import Installation, ProbeInfo, _status, xla_metrics
 
 INFO = ProbeInfo(
     name="xla.bridge",
@@ -279,9 +279,7 @@ def window(extraction: Extraction) -> Iterator[bool]:
         _install_window(installation, extraction)
     except Exception as error:  # the bridge changed: the call runs unobserved, the report says so
         installation.restore()
-        from xlabridge.diagnostics._probes import registry
-
-        registry.unavailable(INFO, f"{type(error).__name__}: {error}")
+        _status.unavailable(INFO, f"{type(error).__name__}: {error}")
         yield False
         return
     try:

@@ -1,0 +1,55 @@
+"""The probe self-test's program, run in a child process by ``selftest.Run``: observes a tiny
+compile that must fire every probe and prints, as one JSON line, what each probe failed to see.
+
+It observes through the session (``_session.start``/``stop``), as a user's run does; it is a
+module of its own so that the session, which starts the self-test, never imports it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from xlabridge import _optional
+from xlabridge.diagnostics import _recorder, _session
+from xlabridge.diagnostics._probes.selftest import expectations
+
+
+def _program() -> dict[str, str]:
+    """Run in the child: compile and call the probe-firing functions, return ``expectations``."""
+    import torch
+
+    with_xla = _optional.is_available("torch_xla")
+    recorder = _recorder.Recorder()
+    _session.start(recorder, selftest_run=False)
+    try:
+        def step(x: torch.Tensor) -> torch.Tensor:
+            y = torch.exp2((x * 3).sin())
+            print(end="")  # a Dynamo graph break
+            return y.cos()
+
+        if with_xla:
+            import torch_xla
+
+            device, backend = torch_xla.device(), "openxla"
+        else:
+            device, backend = torch.device("cpu"), "aot_eager"
+        compiled = torch.compile(step, backend=backend, dynamic=False)
+        for size in (8, 8, 8, 8, 8, 16):
+            x = torch.randn(size, device=device, requires_grad=True)
+            compiled(x).sum().backward()
+            if with_xla:
+                torch_xla.sync()
+        if with_xla:
+            torch.compile(lambda x: x * 2, backend="xlabridge")(torch.randn(4, device=device))
+            torch_xla.sync()
+    finally:
+        _session.stop(recorder)
+    return expectations(recorder.events, with_xla=with_xla)
+
+
+def main() -> None:
+    print(json.dumps(_program()))
+
+
+if __name__ == "__main__":
+    main()

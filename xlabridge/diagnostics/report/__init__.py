@@ -1,0 +1,45 @@
+"""The diagnostics report as plain data: ``Report``, its rows, and its JSON form (``SCHEMA``).
+
+Nothing here builds a report or renders one: ``xlabridge.diagnostics.build_report(events)``
+builds, ``xlabridge.diagnostics.views`` render. This package imports nothing else of the
+diagnostics, so every other part may depend on it and it on none of them.
+"""
+
+from xlabridge.diagnostics.report._pod import CollectiveGroup, ProcessDivergence, RunGraph, UnevenCompile
+from xlabridge.diagnostics.report._report import SCHEMA, Report
+from xlabridge.diagnostics.report._rows import (
+    UNKNOWN_NAME,
+    DynamoBreak,
+    DynamoGraph,
+    Finding,
+    HloBreak,
+    ProbeReport,
+    Recompile,
+    RecompileGroup,
+    Segment,
+    TimeSplit,
+    XlaGraph,
+)
+from xlabridge.diagnostics.report._tpu import TpuGraph, TpuView
+
+__all__ = [
+    "SCHEMA",
+    "UNKNOWN_NAME",
+    "CollectiveGroup",
+    "DynamoBreak",
+    "DynamoGraph",
+    "Finding",
+    "HloBreak",
+    "ProbeReport",
+    "ProcessDivergence",
+    "Recompile",
+    "RecompileGroup",
+    "Report",
+    "RunGraph",
+    "Segment",
+    "TimeSplit",
+    "TpuGraph",
+    "TpuView",
+    "UnevenCompile",
+    "XlaGraph",
+]

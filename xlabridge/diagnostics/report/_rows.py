@@ -1,0 +1,160 @@
+"""The report's rows: one dataclass per kind of thing a report lists (plain data, no behaviour
+beyond small derived values). Every field is documented for ``docs/report-schema.md``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from xlabridge._fields import field as _field
+
+UNKNOWN_NAME = "<unknown>"
+"""The file and function of a place no frame names (line 0)."""
+
+
+@dataclasses.dataclass
+class DynamoGraph:
+    """One FX graph Dynamo captured and handed to a backend."""
+
+    compile_id: str = _field("Dynamo compile id (``frame/recompile``)")
+    op_count: int = _field("``call_function`` nodes (``torch._dynamo.explain``'s ``ops_per_graph`` length)")
+    backend: str = _field("the backend it was handed to")
+    path: str = _field("for ``xlabridge``: ``forward-only``, ``aot-autograd`` or ``inductor``; else empty", "")
+    path_reason: str = _field("why that path", "")
+    ends_in_break: bool = _field("whether it ends at a Dynamo graph break", False)
+    tracing_seconds: float | None = _field("Dynamo's compile time for its frame (tracing and the backend's compile call)", None)
+    filename: str = _field("user source file of its first op", UNKNOWN_NAME)
+    lineno: int = _field("line in ``filename``", 0)
+    function: str = _field("function of that line", UNKNOWN_NAME)
+    pid: int = _field("process that compiled it", 0)
+
+
+@dataclasses.dataclass
+class DynamoBreak:
+    """Dynamo stopped capturing: the FX graph before this point ends here."""
+
+    reason: str = _field("first line of Dynamo's reason")
+    category: str = _field("the matching row of ``causes.DYNAMO_CAUSES``")
+    filename: str = _field("user source file of the break (innermost user frame)")
+    lineno: int = _field("line in ``filename``")
+    function: str = _field("function of that line")
+    suggestion: str = _field("how to avoid the break")
+    detail: str = _field("Dynamo's full reason (explanation, hints)", "")
+    compile_id: str = _field("compile id of the graph the break ends", "")
+    pid: int = _field("process", 0)
+
+
+@dataclasses.dataclass
+class Recompile:
+    """Dynamo compiled a frame again because a guard of an earlier compilation failed."""
+
+    reason: str = _field("the guard failure Dynamo names (``frame/n: guard``); first line")
+    filename: str = _field("user location: the recompiled code when it is the user's, else the user's caller")
+    lineno: int = _field("line in ``filename``")
+    function: str = _field("function of that line")
+    category: str = _field("the matching row of ``causes.RECOMPILE_CAUSES``", "other")
+    suggestion: str = _field("how to avoid it", "")
+    compile_id: str = _field("compile id of the new compilation", "")
+    code: str = _field("the recompiled code object, ``file:line (function)``", "")
+    pid: int = _field("process", 0)
+
+
+@dataclasses.dataclass
+class RecompileGroup:
+    """The recompiles of one user location, grouped."""
+
+    filename: str = _field("user location")
+    lineno: int = _field("line")
+    function: str = _field("function")
+    count: int = _field("recompiles there")
+    first_reason: str = _field("reason of the first")
+    last_reason: str = _field("reason of the last")
+    category: str = _field("cause of the last")
+
+
+@dataclasses.dataclass
+class Segment:
+    """A run of consecutive FX nodes executed one way: one XLA graph, or one node on the CPU."""
+
+    kind: str = _field("``xla`` (one XLA graph) or ``cpu`` (one node run on the host)")
+    ops: list[str] = _field("op names, in order", factory=list)
+
+
+@dataclasses.dataclass
+class XlaGraph:
+    """One FX graph as torch_xla's Dynamo bridge compiled it, and what each call costs."""
+
+    index: int = _field("position in ``hlo.graphs``; ``HloBreak.graph`` refers to it")
+    compile_id: str = _field("Dynamo compile id it belongs to")
+    role: str = _field("``forward`` or ``backward`` (AOTAutograd's, recognised by its tangents)")
+    fx_ops: int = _field("call nodes in the graph the bridge received")
+    xla_graphs: int = _field("XLA graphs the bridge cut it into (``1``: not split)")
+    compiles: int = _field("XLA compilations of it (extraction and later calls)", 0)
+    compile_seconds: float = _field("their time", 0.0)
+    extraction_seconds: float | None = _field("the bridge's extraction at the first call (partitioning, tracing, compiling)", None)
+    executions_per_call: int = _field("XLA graph executions per call (last fully measured call)", 0)
+    transfers_per_call: int = _field("host-device transfers per call, both ways (last fully measured call)", 0)
+    bytes_per_call: int = _field("bytes moved per call, both ways (last fully measured call)", 0)
+    seconds_per_call: float | None = _field("mean call time after the first call (first call if it is the only one)", None)
+    cpu_fallback_seconds_per_call: float = _field("time in CPU nodes per call (same calls)", 0.0)
+    calls: int = _field("calls while observed", 0)
+    segments: list[Segment] = _field("its nodes in execution order, grouped as run", factory=list)
+    hashes: list[str] = _field("torch_xla graph hash of each XLA segment, in order", factory=list)
+    hlo_files: list[str | None] = _field("HLO proto file of each hash (``capture_hlo``), relative to the log", factory=list)
+    graph: int = _field("the process's bridge graph number", 0)
+    pid: int = _field("process", 0)
+
+
+@dataclasses.dataclass
+class HloBreak:
+    """One FX node that ran outside XLA, cutting its FX graph into several XLA graphs."""
+
+    op: str = _field("aten op name: the fallback op, or the node's op when it touched host tensors")
+    category: str = _field("``cpu-fallback``, ``host-transfer`` or ``host-tensor`` (``causes.HLO_CAUSES``)")
+    filename: str = _field("user source line of the node")
+    lineno: int = _field("line")
+    function: str = _field("function")
+    suggestion: str = _field("how to keep it in XLA")
+    graph: int = _field("``index`` of its ``XlaGraph``", 0)
+    node: str = _field("the FX node's name", "")
+
+
+@dataclasses.dataclass
+class ProbeReport:
+    """What one probe could see."""
+
+    name: str = _field("probe name")
+    state: str = _field("``ok``, ``unavailable``, ``silent`` or ``failed``")
+    reason: str = _field("why, when not ``ok``", "")
+    surface: str = _field("the upstream names it reads or wraps", "")
+    patch: bool = _field("whether it wraps an upstream function", False)
+    sees: str = _field("what the report lacks when it cannot see", "")
+
+
+@dataclasses.dataclass
+class Finding:
+    """Something the report concludes from the events, worth acting on."""
+
+    kind: str = _field("``cpu-only-graph``, ``probe``, ``cache``, ``compiled-before-observation``, "
+                       "``tpu-does-not-fit``, ``tpu-refused``")
+    message: str = _field("what it means and what to do")
+    graph: int | None = _field("``XlaGraph.index`` it is about, if any", None)
+
+
+
+@dataclasses.dataclass
+class TimeSplit:
+    """One process's wall time split into exclusive shares, in seconds."""
+
+    pid: int = _field("the process")
+    wall: float = _field("seconds from the start of observation to its end")
+    tracing: float = _field("Dynamo's compilations and the bridge's extractions, less XLA compilation in them")
+    xla_compile: float = _field("XLA compilation, wherever it happened (torch_xla's ``CompileTime``)")
+    execution: float = _field("calls of compiled graphs, less their XLA compilation and CPU-fallback work")
+    cpu_fallback: float = _field("time in the CPU nodes of partitioned graphs during their calls")
+    other: float = _field("the rest: Python between graphs, lazy tensor code, syncs outside compiled graphs")
+
+    SHARES = ("tracing", "xla_compile", "execution", "cpu_fallback", "other")
+
+    def shares(self) -> dict[str, float]:
+        """Each share as a fraction of the wall time."""
+        return {name: (getattr(self, name) / self.wall if self.wall > 0 else 0.0) for name in self.SHARES}

@@ -1,0 +1,67 @@
+"""The TPU view's rows: each distinct XLA graph of a run as XLA:TPU compiled it (compiled on
+this machine by libtpu's compile-only client, not run)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from xlabridge._fields import field as _field
+from xlabridge.diagnostics.report._rows import UNKNOWN_NAME
+
+
+@dataclasses.dataclass
+class TpuGraph:
+    """One distinct XLA graph of the run as XLA:TPU compiled it (compiled here, not run)."""
+
+    hash: str = _field("torch_xla's graph hash (``XlaGraph.hashes``)")
+    origin: str = _field("``dynamo`` (from a compiled FX graph) or ``lazy``", "dynamo")
+    xla_graphs: list[int] = _field("``XlaGraph.index`` of each FX graph it belongs to", factory=list)
+    pids: list[int] = _field("processes that ran it", factory=list)
+    num_partitions: int = _field("devices it is partitioned over (SPMD), else 1", 1)
+    compiled: bool = _field("whether libtpu compiled it (false: see ``error``)", False)
+    error: str = _field("why not: XLA:TPU's refusal, a dead worker, no HLO captured", "")
+    kernels: int | None = _field("kernels in the optimized TPU HLO (``xlabridge.hlo.parse_kernels``)", None)
+    kernel_names: list[str] = _field("their names", factory=list)
+    hbm_bytes: int | None = _field(
+        "HBM one device needs: arguments + outputs - aliased + temporaries + code", None)
+    hbm_capacity_bytes: int | None = _field("one device's HBM (the chip's; half of a v4 chip per TensorCore)", None)
+    argument_bytes: int | None = _field("of which arguments", None)
+    output_bytes: int | None = _field("outputs", None)
+    alias_bytes: int | None = _field("outputs written in place of donated arguments (subtracted)", None)
+    temp_bytes: int | None = _field("temporaries (peak)", None)
+    code_bytes: int | None = _field("generated code", None)
+    fits: bool | None = _field("whether it fits one device's HBM (null: not compiled)", None)
+    out_of_memory: str | None = _field("XLA:TPU's message when it ran out of HBM while compiling", None)
+    compile_seconds: float | None = _field("libtpu's compile time for it, on this machine", None)
+    flops: float | None = _field("XLA cost analysis: floating-point operations per run, per device", None)
+    bytes_accessed: float | None = _field("XLA cost analysis: bytes read and written per run, per device", None)
+    cost_model_seconds: float | None = _field(
+        "XLA's cost-model estimate (``optimal_seconds``; see ``xlabridge.tpu.result.COST_MODEL_NOTE``)", None)
+    hbm_seconds: float | None = _field("``bytes_accessed`` at the chip's HBM bandwidth: a floor, not a prediction", None)
+    devices: int | None = _field("devices of the compiled program", None)
+    chips: int | None = _field("chips they sit on", None)
+    collectives: list[dict[str, Any]] = _field(
+        "collectives as XLA:TPU scheduled them, per kind: ``kind``, ``count``, ``bytes`` per device per run",
+        factory=list)
+    tpu_hlo_file: str | None = _field("the optimized TPU HLO text, relative to the event logs", None)
+    filename: str = _field("user source line of the graph (its FX graph's first op, or a lazy graph's trigger)",
+                           UNKNOWN_NAME)
+    lineno: int = _field("line", 0)
+    function: str = _field("function", UNKNOWN_NAME)
+
+
+@dataclasses.dataclass
+class TpuView:
+    """Every distinct XLA graph of the run compiled for one TPU topology after the run."""
+
+    topology: str = _field("libtpu topology name (``v5e:2x2``)")
+    generation: str = _field("TPU generation", "")
+    libtpu_version: str = _field("libtpu that compiled", "")
+    jax_version: str = _field("JAX that drove it", "")
+    label: str = _field("what the figures are: compiled for TPU by libtpu on this machine, not run", "")
+    seconds: float = _field("wall time of the TPU compiles (after the run; worker start-up included)", 0.0)
+    compile_seconds: float = _field("libtpu's compile time summed over the graphs", 0.0)
+    hbm_capacity_bytes: int | None = _field("one device's HBM", None)
+    graphs: list[TpuGraph] = _field("one row per distinct XLA graph", factory=list)
+    error: str = _field("why nothing was compiled (libtpu missing, the worker did not start)", "")
