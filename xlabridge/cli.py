@@ -197,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xlabridge", description="See why torch.compile on XLA is slow.")
     commands = parser.add_subparsers(dest="subcommand", required=True)
     report = commands.add_parser("report", help="report on an unmodified script: xlabridge report -- python train.py")
-    report.add_argument("--json", metavar="FILE", help="also write the report as JSON (schema xlabridge.report/3)")
+    report.add_argument("--json", metavar="FILE", help="also write the report as JSON (schema xlabridge.report/4)")
     report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with pictures")
     report.add_argument("--events", metavar="DIR", help="keep each process's event log (events-<pid>.jsonl) in DIR")
     report.add_argument("--capture-hlo", action="store_true", help="save each XLA graph's HLO proto beside the logs")

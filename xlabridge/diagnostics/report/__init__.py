@@ -20,6 +20,7 @@ from xlabridge.diagnostics.report._rows import (
     TimeSplit,
     XlaGraph,
 )
+from xlabridge.diagnostics.report._timeline import Span, SpanKind
 from xlabridge.diagnostics.report._tpu import TpuGraph, TpuView
 
 __all__ = [
@@ -37,6 +38,8 @@ __all__ = [
     "Report",
     "RunGraph",
     "Segment",
+    "Span",
+    "SpanKind",
     "TimeSplit",
     "TpuGraph",
     "TpuView",

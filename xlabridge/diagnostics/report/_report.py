@@ -4,7 +4,7 @@ A ``Report`` is built from events by ``xlabridge.diagnostics.build_report`` (the
 made); views (``xlabridge.diagnostics.views``) render it. This package imports nothing else of
 the diagnostics: the data stands apart from how it is built and shown.
 
-The JSON form is versioned by ``SCHEMA`` (``xlabridge.report/3``); ``docs/report-schema.md``
+The JSON form is versioned by ``SCHEMA`` (``xlabridge.report/4``); ``docs/report-schema.md``
 documents every field and is generated from these types and the events'
 (``python -m xlabridge.diagnostics._schema_doc``).
 """
@@ -31,11 +31,14 @@ from xlabridge.diagnostics.report._rows import (
     TimeSplit,
     XlaGraph,
 )
+from xlabridge.diagnostics.report._timeline import Span
 from xlabridge.diagnostics.report._tpu import TpuGraph, TpuView
 
-SCHEMA = "xlabridge.report/3"
-_READABLE_SCHEMAS = ("xlabridge.report/2", SCHEMA)
-"""Schemas ``from_dict`` reads: /3 added the TPU view (``tpu``); a /2 report has none."""
+SCHEMA = "xlabridge.report/4"
+_READABLE_SCHEMAS = ("xlabridge.report/2", "xlabridge.report/3", SCHEMA)
+"""Schemas ``from_dict`` reads: /3 added the TPU view (``tpu``), /4 the ranked findings' costs and places,
+the timeline, the time split's ``imports``, ``lazy`` and ``transfers`` and the XLA graphs' lines; an older
+report reads with their defaults."""
 
 
 @dataclasses.dataclass
@@ -57,7 +60,8 @@ class Report:
     collectives: list[CollectiveGroup] = _field("collectives per XLA graph, grouped (``--pod``)", factory=list)
     divergences: list[ProcessDivergence] = _field("places where processes ran different graphs", factory=list)
     uneven_compiles: list[UnevenCompile] = _field("compiles some processes only did", factory=list)
-    findings: list[Finding] = _field("conclusions worth acting on", factory=list)
+    findings: list[Finding] = _field("conclusions worth acting on, ranked: the costliest in this run first", factory=list)
+    timeline: list[Span] = _field("what each process did when (imports, tracing, compiles, calls, syncs)", factory=list)
     warnings: list[str] = _field("what the diagnostics could not observe, in plain words", factory=list)
 
     @property
@@ -78,7 +82,7 @@ class Report:
     # ------------------------------------------------------------------ JSON
 
     def to_dict(self) -> dict[str, Any]:
-        """The report in the shape of schema ``xlabridge.report/3``."""
+        """The report in the shape of schema ``xlabridge.report/4``."""
         rows = dataclasses.asdict
         return {
             "schema": SCHEMA,
@@ -107,6 +111,7 @@ class Report:
                 "uneven_compiles": [rows(u) for u in self.uneven_compiles],
             },
             "findings": [rows(f) for f in self.findings],
+            "timeline": [rows(s) for s in self.timeline],
             "warnings": list(self.warnings),
         }
 
@@ -152,6 +157,7 @@ class Report:
             divergences=build(ProcessDivergence, data.get("pod", {}).get("divergences", [])),
             uneven_compiles=build(UnevenCompile, data.get("pod", {}).get("uneven_compiles", [])),
             findings=build(Finding, data.get("findings", [])),
+            timeline=build(Span, data.get("timeline", [])),
             warnings=list(data.get("warnings", [])),
         )
 

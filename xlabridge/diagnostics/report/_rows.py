@@ -102,6 +102,10 @@ class XlaGraph:
     hlo_files: list[str | None] = _field("HLO proto file of each hash (``capture_hlo``), relative to the log", factory=list)
     graph: int = _field("the process's bridge graph number", 0)
     pid: int = _field("process", 0)
+    filename: str = _field("user source line: a forward graph's frame (its first op's line), a backward graph's "
+                           "forward's", UNKNOWN_NAME)
+    lineno: int = _field("line", 0)
+    function: str = _field("function", UNKNOWN_NAME)
 
 
 @dataclasses.dataclass
@@ -132,13 +136,26 @@ class ProbeReport:
 
 @dataclasses.dataclass
 class Finding:
-    """Something the report concludes from the events, worth acting on."""
+    """Something the report concludes from the events, worth acting on. ``Report.findings`` is
+    ranked: the costliest first (``cost_seconds``), findings without a cost in time after them."""
 
-    kind: str = _field("``cpu-only-graph``, ``probe``, ``cache``, ``compiled-before-observation``, "
-                       "``tpu-does-not-fit``, ``tpu-refused``")
+    kind: str = _field("``dynamo-break``, ``recompiles``, ``hlo-break``, ``cpu-only-graph``, ``probe``, ``cache``, "
+                       "``compiled-before-observation``, ``tpu-does-not-fit``, ``tpu-refused``, "
+                       "``avoidable-collective``, ``divergence``, ``uneven-compile``")
     message: str = _field("what it means and what to do")
     graph: int | None = _field("``XlaGraph.index`` it is about, if any", None)
-
+    cost_seconds: float | None = _field(
+        "what it cost in this run, in seconds of the processes' wall time (``cost`` says of what); null: not a "
+        "cost in time (a graph that does not fit, a probe that cannot see)", None)
+    cost: str = _field("what ``cost_seconds`` adds up, in words", "")
+    count: int = _field("how many times it happened (breaks, recompiles, calls through a fallback)", 1)
+    category: str = _field("the cause's row (``causes``), where the kind has several", "")
+    code: str = _field("torch's graph-break code (``GB0124``) where torch gives one", "")
+    url: str = _field("the page explaining it (torch's graph-break site), where there is one", "")
+    filename: str = _field("user source line to change", UNKNOWN_NAME)
+    lineno: int = _field("line", 0)
+    function: str = _field("function", UNKNOWN_NAME)
+    pid: int | None = _field("process it was seen in (null: several or the run as a whole)", None)
 
 
 @dataclasses.dataclass
@@ -151,9 +168,14 @@ class TimeSplit:
     xla_compile: float = _field("XLA compilation, wherever it happened (torch_xla's ``CompileTime``)")
     execution: float = _field("calls of compiled graphs, less their XLA compilation and CPU-fallback work")
     cpu_fallback: float = _field("time in the CPU nodes of partitioned graphs during their calls")
-    other: float = _field("the rest: Python between graphs, lazy tensor code, syncs outside compiled graphs")
+    other: float = _field("the rest: Python between graphs, lazy tensor tracing, host reads outside the shares above")
+    imports: float = _field("importing torch_xla, transformers and the other heavy packages after observation began", 0.0)
+    lazy: float = _field("``torch_xla.sync()`` / ``mark_step()`` outside compiled graphs: running the lazily traced "
+                         "graphs (their XLA compilation counts in ``xla_compile``)", 0.0)
+    transfers: float = _field("host-device transfers outside compiled graphs and syncs (torch_xla's "
+                              "``TransferToDeviceTime`` and ``TransferFromDeviceTime``)", 0.0)
 
-    SHARES = ("tracing", "xla_compile", "execution", "cpu_fallback", "other")
+    SHARES = ("imports", "tracing", "xla_compile", "execution", "lazy", "transfers", "cpu_fallback", "other")
 
     def shares(self) -> dict[str, float]:
         """Each share as a fraction of the wall time."""

@@ -1,0 +1,42 @@
+"""The timeline of a run: what each process did when, as spans on its own clock."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from xlabridge._fields import field as _field
+
+
+class SpanKind(str, enum.Enum):
+    """What a span of a process's time was spent on (the time split's shares, placed in time)."""
+
+    IMPORT = "import"
+    """Importing a heavy package (torch_xla, transformers...)."""
+    TRACE = "trace"
+    """Dynamo compiling a frame: tracing, AOTAutograd, the backend's compile call."""
+    EXTRACT = "extract"
+    """torch_xla's bridge partitioning and tracing an FX graph at its first call."""
+    XLA_COMPILE = "xla-compile"
+    """XLA compiling a graph (placed at the end of the call or sync it happened in)."""
+    EXECUTE = "execute"
+    """A call of a compiled FX graph."""
+    CPU_FALLBACK = "cpu-fallback"
+    """The CPU nodes of a partitioned graph during one call (placed at the start of the call)."""
+    LAZY = "lazy"
+    """``torch_xla.sync()`` / ``mark_step()``: the lazily traced graph compiled and run."""
+    TRANSFER = "transfer"
+    """Host-device transfers outside compiled graphs and syncs."""
+
+
+@dataclasses.dataclass
+class Span:
+    """One interval of one process's time."""
+
+    pid: int = _field("process")
+    kind: str = _field("``SpanKind`` value")
+    start: float = _field("seconds from the start of the process's observation")
+    seconds: float = _field("length")
+    label: str = _field("what: ``compile 1/2``, ``FX graph 3 call 2``, ``sync``, ``torch_xla``")
+    graph: int | None = _field("``XlaGraph.index`` it belongs to, if any", None)
+    calls: int = _field("calls this span stands for (later calls of a graph are summed into one span)", 1)
