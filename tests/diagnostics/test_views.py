@@ -21,6 +21,7 @@ from xlabridge.diagnostics.report import (
     RecompileGroup,
     Report,
     Segment,
+    SpanKind,
     TimeSplit,
     XlaGraph,
 )
@@ -80,6 +81,7 @@ class _Page(HTMLParser):
         self.stack: list[str] = []
         self.errors: list[str] = []
         self.svgs: list[dict[str, int]] = []
+        self.svg_classes: list[str] = []
         self.titles: list[list[str]] = []
         self.scripts: dict[str, str] = {}
         self.text: list[str] = []
@@ -90,6 +92,7 @@ class _Page(HTMLParser):
         attributes = dict(attrs)
         if tag == "svg":
             self.svgs.append({})
+            self.svg_classes.append(attributes.get("class") or "")
             self.titles.append([])
         else:
             self._count_classes(attributes)
@@ -161,18 +164,31 @@ def test_table_names_every_break_and_count(report: Report) -> None:
 def test_time_split_names_every_share_with_seconds_and_percent(report: Report) -> None:
     lines = text_view.render(report).splitlines()
     start = lines.index("Time: 10.00 s wall, split into exclusive shares")
-    assert lines[start + 1].split() == ["tracing", "XLA", "compile", "execution", "CPU", "fallback", "other"]
-    cells = [cell.strip() for cell in lines[start + 2].strip().split("  ") if cell.strip()]
-    assert cells == ["2.50 s (25%)", "1.50 s (15%)", "4.00 s (40%)", "500.0 ms (5%)", "1.50 s (15%)"]
+    assert lines[start + 1].split() == ["share", "seconds", "(of", "wall)"]
+    rows = {" ".join(line.split()[:-3]): " ".join(line.split()[-3:]) for line in lines[start + 2:start + 10]}
+    assert rows == {
+        "imports": "0.0 ms (0%)", "tracing": "2.50 s (25%)", "XLA compile": "1.50 s (15%)",
+        "execution": "4.00 s (40%)", "lazy": "0.0 ms (0%)", "transfers": "0.0 ms (0%)",
+        "CPU fallback": "500.0 ms (5%)", "other": "1.50 s (15%)",
+    }
 
 
-def test_recompiles_of_one_location_are_one_row_with_count_first_and_last_reason(report: Report) -> None:
+def test_share_labels_follow_the_time_split() -> None:
+    assert [share for share, _ in sections.SHARE_LABELS] == list(TimeSplit.SHARES)
+    assert len({label for _, label in sections.SHARE_LABELS}) == len(TimeSplit.SHARES)
+    assert set(sections.SHARE_OF_KIND) == {kind.value for kind in SpanKind}
+    assert set(sections.SHARE_OF_KIND.values()) == set(TimeSplit.SHARES) - {"other"}
+
+
+def test_recompiles_of_one_location_and_cause_are_one_row_with_the_failed_guard_once(report: Report) -> None:
     lines = text_view.render(report).splitlines()
     start = lines.index(next(line for line in lines if line.startswith("Recompiles:")))
-    assert lines[start] == "Recompiles: 3 at 1 location"
+    assert lines[start] == "Recompiles: 3 at 1 location, 1 cause"
     block = " ".join(" ".join(lines[start + 1:]).split())
     assert block.count("/elsewhere/loop.py:9") == 1
-    assert "expected 1" in block and "expected 3" in block and "expected 2" not in block
+    assert block.count("size mismatch") == 1  # the guard once, its changing value listed
+    assert "tensor 'x' size mismatch at index 0. expected 1, 2, 3" in block
+    assert "0/1:" not in block  # Dynamo's frame/n prefix is not part of the guard
 
 
 def test_both_views_render_the_same_sections(report: Report, tmp_path: Path) -> None:
@@ -236,15 +252,17 @@ def test_one_svg_per_fx_graph_with_its_boxes(kinds: list[str], tmp_path: Path) -
     ]
     report = _report(tmp_path, [segments, [Segment("xla", ["aten::sum"])]])
     page = _parse(html_view.write(report, tmp_path / "r.html"))
-    assert len(page.svgs) == len(report.xla_graphs)
-    first = page.svgs[0]
+    figures = [svg for svg, css in zip(page.svgs, page.svg_classes) if css == "fx-graph"]
+    titles_of_figures = [t for t, css in zip(page.titles, page.svg_classes) if css == "fx-graph"]
+    assert len(figures) == len(report.xla_graphs)
+    first = figures[0]
     cuts = sum(a != b for a, b in zip(kinds, kinds[1:]))
     assert first.get("seg-xla", 0) == kinds.count("xla")
     assert first.get("seg-cpu", 0) == kinds.count("cpu")
     assert first.get("flow", 0) == len(kinds) - 1
     assert first.get("transfer", 0) == cuts
-    assert page.svgs[1] == {"seg-xla": 1}
-    titles = " ".join(page.titles[0])
+    assert figures[1] == {"seg-xla": 1}
+    titles = " ".join(titles_of_figures[0])
     for segment in segments:
         for op in segment.ops:
             assert op in titles

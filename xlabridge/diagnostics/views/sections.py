@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xlabridge.diagnostics.report import Span, SpanKind, TimeSplit
+
 if TYPE_CHECKING:
-    from xlabridge.diagnostics.report import Report, TimeSplit, TpuGraph, XlaGraph
+    from xlabridge.diagnostics.report import Finding, Recompile, Report, TpuGraph, XlaGraph
 
 _ENVIRONMENT_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("torch", ("torch",)),
@@ -18,13 +21,46 @@ _ENVIRONMENT_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """Header labels and the environment keys each is read from, first present wins."""
 
-SHARE_LABELS = (
-    ("tracing", "tracing"),
-    ("xla_compile", "XLA compile"),
-    ("execution", "execution"),
-    ("cpu_fallback", "CPU fallback"),
-    ("other", "other"),
+_SHARE_WORDS = {"xla_compile": "XLA compile", "cpu_fallback": "CPU fallback"}
+SHARE_LABELS: tuple[tuple[str, str], ...] = tuple(
+    (name, _SHARE_WORDS.get(name, name.replace("_", " "))) for name in TimeSplit.SHARES
 )
+"""``(share, label)`` for each share of ``TimeSplit.SHARES``, in its order."""
+
+SHARE_OF_KIND: dict[str, str] = {
+    SpanKind.IMPORT.value: "imports",
+    SpanKind.TRACE.value: "tracing",
+    SpanKind.EXTRACT.value: "tracing",
+    SpanKind.XLA_COMPILE.value: "xla_compile",
+    SpanKind.EXECUTE.value: "execution",
+    SpanKind.CPU_FALLBACK.value: "cpu_fallback",
+    SpanKind.LAZY.value: "lazy",
+    SpanKind.TRANSFER.value: "transfers",
+}
+"""The share of the time split that each kind of span is a part of (tracing: Dynamo and the bridge)."""
+SHARE_LABEL_OF_KIND: dict[str, str] = {kind: dict(SHARE_LABELS)[share] for kind, share in SHARE_OF_KIND.items()}
+
+KIND_COLOURS: dict[str, str] = {
+    SpanKind.IMPORT.value: "#b07aa1",
+    SpanKind.TRACE.value: "#edc948",
+    SpanKind.EXTRACT.value: "#9c755f",
+    SpanKind.XLA_COMPILE.value: "#e15759",
+    SpanKind.EXECUTE.value: "#4e79a7",
+    SpanKind.CPU_FALLBACK.value: "#f28e2b",
+    SpanKind.LAZY.value: "#76b7b2",
+    SpanKind.TRANSFER.value: "#59a14f",
+}
+"""One colour per kind of span (and per share of the time split, through ``SHARE_OF_KIND``)."""
+OTHER_COLOUR = "#bab0ac"
+"""The colour of the ``other`` share and of span kinds this xlabridge does not know."""
+
+FIX_FIRST = 5
+"""Findings the ranked summary shows; the rest are listed under "Findings"."""
+
+
+def share_colour(share: str) -> str:
+    """The colour of a share of the time split: that of its first kind of span."""
+    return next((KIND_COLOURS[k] for k, s in SHARE_OF_KIND.items() if s == share), OTHER_COLOUR)
 
 
 @dataclasses.dataclass
@@ -47,11 +83,64 @@ class Box:
 
 @dataclasses.dataclass
 class Figure:
-    """The picture of one FX graph: its segments left to right."""
+    """The picture of FX graphs of one place and shape: their segments left to right."""
 
     graph: int
     caption: str
     boxes: list[Box]
+    graphs: list[int] = dataclasses.field(default_factory=list)
+    """Every FX graph the picture stands for (``graph`` is the first)."""
+
+
+@dataclasses.dataclass
+class Ranked:
+    """One finding of the ranked summary, costliest first."""
+
+    rank: int
+    where: str
+    what: str
+    """``4 recompiles``: its kind and count, in words."""
+    cost: str
+    """``1.30 s of 13.48 s (10%)``, or why it has no cost in time."""
+    share: float | None
+    """``cost_seconds`` over the wall time it is part of (``None``: not a cost in time)."""
+    cost_words: str
+    code: str
+    url: str
+    message: str
+
+
+@dataclasses.dataclass
+class Lane:
+    """The spans of one kind in one process's timeline."""
+
+    kind: str
+    colour: str
+    spans: list[Span]
+
+    @property
+    def seconds(self) -> float:
+        return sum(span.seconds for span in self.spans)
+
+
+@dataclasses.dataclass
+class Timeline:
+    """One process's run in time: a lane per kind of span, over ``end`` seconds."""
+
+    pid: int
+    title: str
+    end: float
+    lanes: list[Lane]
+
+
+@dataclasses.dataclass
+class Part:
+    """One share of a process's wall time, for a stacked bar."""
+
+    label: str
+    seconds: float
+    fraction: float
+    colour: str
 
 
 @dataclasses.dataclass
@@ -64,6 +153,10 @@ class Section:
     tables: list[Table] = dataclasses.field(default_factory=list)
     figures: list[Figure] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    items: list[Ranked] = dataclasses.field(default_factory=list)
+    timelines: list[Timeline] = dataclasses.field(default_factory=list)
+    bars: dict[str, list[Part]] = dataclasses.field(default_factory=dict)
+    """Title of a stacked bar (one per process) → its parts."""
 
 
 def plural(count: int, noun: str) -> str:
@@ -144,14 +237,116 @@ def _observed(report: Report) -> bool:
     return bool(report.dynamo_graphs or report.dynamo_breaks or report.xla_graphs or report.hlo_breaks)
 
 
+def process_name(report: Report, pid: int) -> str:
+    """``rank 1 (pid 42)`` where the rank is known, else ``pid 42``."""
+    rank = next((p.get("rank") for p in report.processes if p.get("pid") == pid), None)
+    return f"rank {rank} (pid {pid})" if rank is not None else f"pid {pid}"
+
+
 def _time(report: Report) -> Section | None:
     if not report.time:
         return None
     several = len(report.time) > 1
-    headers = (["pid", "wall"] if several else []) + [label for _, label in SHARE_LABELS]
-    rows = [([str(t.pid), seconds(t.wall)] if several else []) + share_cells(t) for t in report.time]
-    summary = "" if several else f"{seconds(report.time[0].wall)} wall, split into exclusive shares"
-    return Section("time", "Time", summary=summary, tables=[Table(headers, rows, [14] * len(headers))])
+    if several:
+        summary = f"{plural(len(report.time), 'process')}, each one's wall time split into exclusive shares"
+    else:
+        summary = f"{seconds(report.time[0].wall)} wall, split into exclusive shares"
+    headers = ["share"] + ([process_name(report, t.pid) for t in report.time] if several else ["seconds (of wall)"])
+    rows = [[label] + [share_cells(t)[n] for t in report.time] for n, (_, label) in enumerate(SHARE_LABELS)]
+    if several:
+        rows.insert(0, ["wall"] + [seconds(t.wall) for t in report.time])
+    section = Section("time", "Time", summary=summary,
+                      tables=[Table(headers, rows, [12] + [max(17, len(h)) for h in headers[1:]])])
+    for split in report.time:
+        fractions = split.shares()
+        section.bars[f"{process_name(report, split.pid)}: {seconds(split.wall)}"] = [
+            Part(label, getattr(split, key), fractions[key], share_colour(key)) for key, label in SHARE_LABELS
+        ]
+    if report.tpu is not None and not report.tpu.error:
+        section.notes.append(
+            f"TPU view: {seconds(report.tpu.seconds)} after the run, not part of the wall time above "
+            f"(libtpu's own compile time {seconds(report.tpu.compile_seconds)})"
+        )
+    return section
+
+
+_KIND_NOUNS = {
+    "dynamo-break": ("graph break", "graph breaks"),
+    "recompiles": ("recompile", "recompiles"),
+    "hlo-break": ("call through a CPU fallback", "calls through a CPU fallback"),
+    "cpu-only-graph": ("graph on the CPU", "graphs on the CPU"),
+    "avoidable-collective": ("avoidable collective", "avoidable collectives"),
+    "divergence": ("divergence", "divergences"),
+    "uneven-compile": ("uneven compile", "uneven compiles"),
+    "tpu-does-not-fit": ("graph too big for one TPU device", "graphs too big for one TPU device"),
+    "tpu-refused": ("graph XLA:TPU refused", "graphs XLA:TPU refused"),
+}
+"""A finding's kind as a noun, singular and plural (``4 recompiles``)."""
+
+
+def _what(finding: Finding) -> str:
+    singular, several = _KIND_NOUNS.get(finding.kind, (finding.kind, finding.kind))
+    return f"{finding.count} {singular if finding.count == 1 else several}"
+
+
+def _wall_of(report: Report, pid: int | None) -> float:
+    """The wall time a finding's cost is part of: its process's, or all processes' together."""
+    walls = {t.pid: t.wall for t in report.time}
+    if pid is not None and pid in walls:
+        return walls[pid]
+    return sum(walls.values())
+
+
+def _place(finding: Finding) -> str:
+    if finding.lineno <= 0 and finding.filename.startswith("<"):
+        return f"graph {finding.graph}" if finding.graph is not None else "the run"
+    return where(finding.filename, finding.lineno, finding.function)
+
+
+def ranked(report: Report) -> list[Ranked]:
+    """The report's findings as the ranked summary shows them, in the report's order (costliest first)."""
+    out = []
+    for finding in (f for f in report.findings if f.kind != "probe"):
+        wall = _wall_of(report, finding.pid)
+        if finding.cost_seconds is None:
+            cost, share = "no cost in time", None
+        else:
+            share = finding.cost_seconds / wall if wall > 0 else None
+            cost = f"{seconds(finding.cost_seconds)} of {seconds(wall)}" + (f" ({share:.0%})" if share is not None else "")
+        out.append(Ranked(len(out) + 1, _place(finding), _what(finding), cost, share, finding.cost, finding.code,
+                          finding.url, finding.message))
+    return out
+
+
+def _summary(report: Report) -> Section | None:
+    items = ranked(report)
+    if not items:
+        return None
+    costly = [i for i in items[:FIX_FIRST] if i.share is not None]
+    total = sum(f.cost_seconds or 0.0 for f in report.findings if f.kind != "probe")
+    walls = sum(t.wall for t in report.time)
+    summary = f"{plural(len(items), 'finding')}, costliest in this run first"
+    if total and walls:
+        summary += f"; together {seconds(total)} of {seconds(walls)} (they may overlap)"
+    return Section("summary", "Fix first", summary=summary, items=(costly or items)[:FIX_FIRST])
+
+
+def _timeline(report: Report) -> Section | None:
+    if not report.timeline:
+        return None
+    section = Section("timeline", "Timeline", summary="what each process did when, one lane per kind of work")
+    pids = list(dict.fromkeys(span.pid for span in report.timeline))
+    walls = {t.pid: t.wall for t in report.time}
+    known = [kind.value for kind in SpanKind]
+    for pid in pids:
+        spans = [span for span in report.timeline if span.pid == pid]
+        kinds = [k for k in known if any(s.kind == k for s in spans)]
+        kinds += list(dict.fromkeys(s.kind for s in spans if s.kind not in known))
+        end = max([walls.get(pid, 0.0), *(s.start + s.seconds for s in spans)])
+        lanes = [Lane(kind, KIND_COLOURS.get(kind, OTHER_COLOUR), [s for s in spans if s.kind == kind])
+                 for kind in kinds]
+        section.timelines.append(Timeline(pid, f"{process_name(report, pid)}: {seconds(end)}", end, lanes))
+    return section
 
 
 def _dynamo(report: Report) -> Section:
@@ -188,7 +383,30 @@ def _figure(graph: XlaGraph) -> Figure:
             label = ", ".join(segment.ops) or "CPU"
         boxes.append(Box(xla, label, list(segment.ops)))
     caption = f"FX graph {graph.index} ({graph.role}): {graph.fx_ops} ops, {plural(graph.xla_graphs, 'XLA graph')}"
-    return Figure(graph.index, caption, boxes)
+    return Figure(graph.index, caption, boxes, [graph.index])
+
+
+def _figures(graphs: list[XlaGraph]) -> list[Figure]:
+    """One picture per place and shape: FX graphs of one user line, role and segments (a recompiled
+    frame's) share one, captioned with their numbers and count."""
+    groups: dict[tuple, list[XlaGraph]] = {}
+    for graph in graphs:
+        shape = tuple((segment.kind, tuple(segment.ops)) for segment in graph.segments)
+        groups.setdefault((graph.filename, graph.lineno, graph.function, graph.role, shape), []).append(graph)
+    figures = []
+    for (filename, lineno, function, role, _), members in groups.items():
+        figure = _figure(members[0])
+        if len(members) > 1:
+            first = members[0]
+            known = lineno > 0 or not filename.startswith("<")
+            place = f"at {where(filename, lineno, function)}" if known else "with the same segments"
+            figure.graphs = [g.index for g in members]
+            figure.caption = (
+                f"FX graph {', '.join(str(g.index) for g in members)}: {len(members)} {role} graphs {place}: "
+                f"{first.fx_ops} ops, {plural(first.xla_graphs, 'XLA graph')} each"
+            )
+        figures.append(figure)
+    return figures
 
 
 def _hlo(report: Report) -> Section:
@@ -213,7 +431,7 @@ def _hlo(report: Report) -> Section:
              for b in report.hlo_breaks],
             [5, 24, 14, 34, 0],
         ))
-    section.figures = [_figure(g) for g in report.xla_graphs]
+    section.figures = _figures(report.xla_graphs)
     return section
 
 
@@ -276,24 +494,64 @@ def _tpu(report: Report) -> Section | None:
     return section
 
 
-def _reasons(first: str, last: str, count: int) -> str:
-    first, last = first_line(first), first_line(last)
-    return first if count == 1 or first == last else f"first: {first} | last: {last}"
+_COMPILE_ID = re.compile(r"^\s*\d+/\d+:\s*")
+_SOURCE_COMMENT = re.compile(r"\s{2,}#.*$|\s+#\s.*$")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e-?\d+)?(?![\w.])")
+
+
+def guard(reason: str) -> str:
+    """The guard that failed, shortly: without Dynamo's ``frame/n:``, the source comment it appends
+    and the digits past three significant ones (``___stack0 == 4.24``)."""
+    text = _SOURCE_COMMENT.sub("", _COMPILE_ID.sub("", first_line(reason))).strip()
+    return _NUMBER.sub(lambda m: f"{float(m.group()):.3g}" if "." in m.group() else m.group(), text)
+
+
+def _guards(reasons: list[str]) -> str:
+    """The failed guards of one cause, once: ``___stack0 == 4.24, 4.18, 4.22, 4.15`` when only one
+    number changes between them, else the first with how many others there were."""
+    guards = list(dict.fromkeys(guard(r) for r in reasons))
+    if len(guards) == 1:
+        return guards[0]
+    numbers = [_NUMBER.findall(g) for g in guards]
+    varying = {i for i in range(len(numbers[0])) if len({tuple(n)[i] for n in numbers}) > 1}
+    if len(varying) == 1:
+        index = varying.pop()
+        values = list(dict.fromkeys(n[index] for n in numbers))
+        shown = values if len(values) <= 4 else [*values[:3], "…", values[-1]]
+        match = list(_NUMBER.finditer(guards[0]))[index]
+        listed = ", ".join(shown) + (f" ({len(values)} values)" if len(values) > 4 else "")
+        return guards[0][: match.start()] + listed + guards[0][match.end():]
+    return f"{guards[0]} (and {plural(len(guards) - 1, 'other guard')})"
+
+
+def _cause_key(recompile: Recompile) -> tuple:
+    shape = _NUMBER.sub("#", guard(recompile.reason))
+    return (recompile.filename, recompile.lineno, recompile.function, recompile.category, shape)
 
 
 def _recompiles(report: Report) -> Section | None:
     if not report.recompiles:
         return None
-    return Section(
+    groups: dict[tuple, list[Recompile]] = {}
+    for recompile in report.recompiles:
+        groups.setdefault(_cause_key(recompile), []).append(recompile)
+    locations = {key[:3] for key in groups}
+    section = Section(
         "recompiles", "Recompiles",
-        summary=f"{len(report.recompiles)} at {plural(len(report.recompile_groups), 'location')}",
+        summary=f"{len(report.recompiles)} at {plural(len(locations), 'location')}, "
+        f"{plural(len(groups), 'cause')}",
         tables=[Table(
-            ["where", "count", "category", "reasons"],
-            [[where(g.filename, g.lineno, g.function), str(g.count), g.category,
-              _reasons(g.first_reason, g.last_reason, g.count)] for g in report.recompile_groups],
+            ["where", "count", "cause", "guard that failed"],
+            [[where(*key[:3]), str(len(members)), key[3], _guards([r.reason for r in members])]
+             for key, members in groups.items()],
             [40, 5, 20, 0],
         )],
     )
+    for category in dict.fromkeys(key[3] for key in groups):
+        suggestion = next((r.suggestion for r in report.recompiles if r.category == category and r.suggestion), "")
+        if suggestion:
+            section.notes.append(f"{category}: {suggestion}")
+    return section
 
 
 def byte_size(value: int) -> str:
@@ -387,25 +645,28 @@ def _processes(report: Report) -> Section | None:
 
 
 def build(report: Report) -> list[Section]:
-    """The sections of ``report``, in the order both views show them."""
+    """The sections of ``report``, in the order both views show them: the ranked findings and
+    where the time went first, then the tables."""
     out = [Section("environment", "xlabridge report", summary=environment_line(report))]
-    time = _time(report)
-    if time is not None:
-        out.append(time)
+    summary = _summary(report)
+    out += [s for s in (summary, _time(report), _timeline(report)) if s is not None]
     if not _observed(report) and not report.run_graphs:
         out.append(Section("empty", "", notes=["no graphs observed"]))
     elif _observed(report):
         out += [_dynamo(report), _hlo(report)]
-    out += [s for s in (_run_graphs(report), _collectives(report), _processes(report)) if s is not None]
-    recompiles = _recompiles(report)
-    if recompiles is not None:
-        out.append(recompiles)
-    tpu = _tpu(report)
-    if tpu is not None:
-        out.append(tpu)
-    findings = [f.message for f in report.findings if f.kind != "probe"]
-    if findings:
-        out.append(Section("findings", "Findings", notes=findings))
+    out += [s for s in (_run_graphs(report), _collectives(report), _processes(report), _recompiles(report),
+                        _tpu(report)) if s is not None]
+    shown = {item.rank for item in summary.items} if summary is not None else set()
+    rest = [item for item in ranked(report) if item.rank not in shown]
+    if rest:
+        out.append(Section("findings", "Findings" if not shown else "Other findings",
+                           notes=[_finding_note(item) for item in rest]))
     if report.warnings:
         out.append(Section("warnings", "Warnings", notes=list(report.warnings)))
     return out
+
+
+def _finding_note(item: Ranked) -> str:
+    cost = f" ({item.cost})" if item.share is not None else ""
+    code = f" [{item.code}]" if item.code else ""
+    return f"{item.where}: {item.what}{cost}{code}: {item.message}"

@@ -1,4 +1,5 @@
-"""The report as plain text of at most ``WIDTH`` columns, section by section."""
+"""The report as plain text of at most ``WIDTH`` columns, section by section: the ranked findings
+first, the time split, a strip per kind of work over the run, then the tables."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from xlabridge.diagnostics.views import sections
-from xlabridge.diagnostics.views.sections import Section, Table
+from xlabridge.diagnostics.views.sections import Ranked, Section, Table, Timeline
 
 if TYPE_CHECKING:
     from xlabridge.diagnostics.report import Report
 
 WIDTH = 120
 """Columns the text is laid out for."""
+
+_STRIP = 96
+"""Columns of a timeline strip (each one ``end / _STRIP`` seconds of the process's run)."""
 
 
 def render(report: Report) -> str:
@@ -28,7 +32,12 @@ def _section(section: Section) -> list[str]:
     if section.key == "environment":
         return [f"{section.title}: {section.summary}"]
     if section.title:
-        lines.append(f"{section.title}: {section.summary}" if section.summary else f"{section.title}:")
+        heading = f"{section.title}: {section.summary}" if section.summary else f"{section.title}:"
+        lines += _wrap(heading, indent="", subsequent="  ")
+    for item in section.items:
+        lines += _ranked(item)
+    for timeline in section.timelines:
+        lines += _strips(timeline)
     for number, table in enumerate(section.tables):
         if number:
             lines.append("")
@@ -63,3 +72,37 @@ def _table(table: Table) -> list[str]:
 
 def _wrap(text: str, *, indent: str, subsequent: str) -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=subsequent) or [indent.rstrip()]
+
+
+def _ranked(item: Ranked) -> list[str]:
+    """``1. demo.py:39 (forward): 4 recompiles, 1.30 s of 13.48 s (10%): what that adds up``,
+    then torch's code and page, then what to do, indented under it."""
+    head = f"{item.rank}. {item.where}: {item.what}, {item.cost}"
+    if item.cost_words and item.share is not None:
+        head += f": {item.cost_words}"
+    lines = _wrap(head, indent="  ", subsequent="       ")
+    if item.code or item.url:
+        lines += _wrap(" ".join(part for part in (item.code, item.url) if part), indent="     ", subsequent="     ")
+    lines += _wrap(item.message, indent="     ", subsequent="     ")
+    return lines
+
+
+def _strips(timeline: Timeline) -> list[str]:
+    """One row per lane: a column per ``end / _STRIP`` seconds, full where the lane was busy for
+    half of it or more, light where less (an instant still shows)."""
+    step = timeline.end / _STRIP if timeline.end > 0 else 1.0
+    label = max(len(lane.kind) for lane in timeline.lanes)
+    lines = [f"  {timeline.title}, one column per {sections.seconds(step)}"]
+    for lane in timeline.lanes:
+        busy = [0.0] * _STRIP
+        touched = [False] * _STRIP
+        for span in lane.spans:
+            first = min(_STRIP - 1, max(0, int(span.start / step)))
+            last = min(_STRIP - 1, max(first, int((span.start + span.seconds) / step)))
+            for column in range(first, last + 1):
+                left, right = column * step, (column + 1) * step
+                busy[column] += max(0.0, min(right, span.start + span.seconds) - max(left, span.start))
+                touched[column] = True
+        cells = "".join("█" if b >= step / 2 else "▏" if t else " " for b, t in zip(busy, touched))
+        lines.append(f"  {lane.kind.ljust(label)} |{cells}| {sections.seconds(lane.seconds)}".rstrip())
+    return lines
