@@ -1,7 +1,7 @@
 """The ``xlabridge`` command.
 
-  xlabridge report [--json FILE] [--html FILE] [--events DIR] [--capture-hlo] [--pod] [--tpu TOPOLOGY]
-                   [--cache-dir DIR] -- python train.py ARGS...
+  xlabridge report [--json FILE] [--html FILE] [--trace FILE] [--events DIR] [--capture-hlo] [--pod]
+                   [--tpu TOPOLOGY] [--cache-dir DIR] -- python train.py ARGS...
       run an unmodified script and report its graph breaks, HLO lowering breaks, recompilations
       and where its time went; every Python process of the command writes an event log when
       it exits (also when it raises), and the report merges them (process ids kept apart).
@@ -12,7 +12,7 @@
       with the collectives of sharded graphs and the differences between processes
       (automatic when ``WORLD_SIZE`` > 1).
 
-  xlabridge report --read DIR [--tpu TOPOLOGY] [--json FILE] [--html FILE]
+  xlabridge report --read DIR [--tpu TOPOLOGY] [--json FILE] [--html FILE] [--trace FILE]
       rebuild the report from event logs kept with ``--events`` (a newer xlabridge re-reads them);
       with ``--tpu``, compile the graphs whose HLO was kept (``--capture-hlo``) for that TPU.
 
@@ -89,7 +89,7 @@ def _merged_report(directory: Path, tpu: str | None = None):
 
 
 def _write_outputs(report, args: argparse.Namespace) -> None:
-    from xlabridge.diagnostics.views import render_text, write_html
+    from xlabridge.diagnostics.views import render_text, write_html, write_trace
 
     print(render_text(report))
     if args.json:
@@ -98,6 +98,9 @@ def _write_outputs(report, args: argparse.Namespace) -> None:
     if args.html:
         write_html(report, args.html)
         print(f"xlabridge: HTML report written to {args.html}")
+    if args.trace:
+        write_trace(report, args.trace)
+        print(f"xlabridge: timeline written to {args.trace} as Chrome trace JSON (open it in ui.perfetto.dev)")
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -199,6 +202,9 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="report on an unmodified script: xlabridge report -- python train.py")
     report.add_argument("--json", metavar="FILE", help="also write the report as JSON (schema xlabridge.report/4)")
     report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with pictures")
+    report.add_argument(
+        "--trace", metavar="FILE", help="also write the run's timeline as Chrome trace-event JSON (Perfetto opens it)"
+    )
     report.add_argument("--events", metavar="DIR", help="keep each process's event log (events-<pid>.jsonl) in DIR")
     report.add_argument("--capture-hlo", action="store_true", help="save each XLA graph's HLO proto beside the logs")
     report.add_argument(

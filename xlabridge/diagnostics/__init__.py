@@ -9,16 +9,21 @@ Probes (``_probes``, the only code touching torch/torch_xla internals) emit type
 ``backend="xlabridge"`` or ``backend="openxla"``; ``compare(step, *args)`` runs one step
 lazily and compiled, side by side, to tell which kind of break costs the time.
 ``build_report(events)`` makes a report of an event log; ``render_text(report)`` and
-``write_html(report, path)`` show one. ``record_graph`` and ``record_compile_path`` are how a
+``write_html(report, path)`` show one, ``write_trace(report, path)`` exports its timeline for Perfetto. ``record_graph`` and ``record_compile_path`` are how a
 backend reports what it compiles.
 """
 
 from xlabridge.diagnostics import events
+from xlabridge.diagnostics._api import (
+    diagnose,
+    explain,
+    record_compile_path,
+    record_graph,
+)
 from xlabridge.diagnostics._build import build_report
-from xlabridge.diagnostics._api import diagnose, explain, record_compile_path, record_graph
 from xlabridge.diagnostics.compare import Comparison, compare
 from xlabridge.diagnostics.report import SCHEMA, Report
-from xlabridge.diagnostics.views import render_text, write_html
+from xlabridge.diagnostics.views import render_text, write_html, write_trace
 
 __all__ = [
     "SCHEMA",
@@ -33,4 +38,5 @@ __all__ = [
     "record_graph",
     "render_text",
     "write_html",
+    "write_trace",
 ]

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlabridge.diagnostics.views import sections
-from xlabridge.diagnostics.views.sections import Box, Figure, Part, Ranked, Section, Table, Timeline
+from xlabridge.diagnostics.views.sections import (
+    Box,
+    Figure,
+    Part,
+    Ranked,
+    Section,
+    Table,
+    Timeline,
+)
 
 if TYPE_CHECKING:
     from xlabridge.diagnostics.report import Report

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 from xlabridge.diagnostics.report import Span, SpanKind, TimeSplit
 
 if TYPE_CHECKING:
-    from xlabridge.diagnostics.report import Finding, Recompile, Report, TpuGraph, XlaGraph
+    from xlabridge.diagnostics.report import (
+        Finding,
+        Recompile,
+        Report,
+        TpuGraph,
+        XlaGraph,
+    )
 
 _ENVIRONMENT_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("torch", ("torch",)),

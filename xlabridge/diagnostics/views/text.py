@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 WIDTH = 120
 """Columns the text is laid out for."""
 
-_STRIP = 96
-"""Columns of a timeline strip (each one ``end / _STRIP`` seconds of the process's run)."""
+_STRIP = 90
+"""Columns of a timeline strip (each one ``end / _STRIP`` seconds of the process's run), fewer where
+a lane's name is long enough to push the strip past ``WIDTH``."""
 
 
 def render(report: Report) -> str:
@@ -90,15 +91,16 @@ def _ranked(item: Ranked) -> list[str]:
 def _strips(timeline: Timeline) -> list[str]:
     """One row per lane: a column per ``end / _STRIP`` seconds, full where the lane was busy for
     half of it or more, light where less (an instant still shows)."""
-    step = timeline.end / _STRIP if timeline.end > 0 else 1.0
     label = max(len(lane.kind) for lane in timeline.lanes)
+    columns = max(10, min(_STRIP, WIDTH - label - 17))  # "  kind |strip| 123.4 ms"
+    step = timeline.end / columns if timeline.end > 0 else 1.0
     lines = [f"  {timeline.title}, one column per {sections.seconds(step)}"]
     for lane in timeline.lanes:
-        busy = [0.0] * _STRIP
-        touched = [False] * _STRIP
+        busy = [0.0] * columns
+        touched = [False] * columns
         for span in lane.spans:
-            first = min(_STRIP - 1, max(0, int(span.start / step)))
-            last = min(_STRIP - 1, max(first, int((span.start + span.seconds) / step)))
+            first = min(columns - 1, max(0, int(span.start / step)))
+            last = min(columns - 1, max(first, int((span.start + span.seconds) / step - 1e-9)))
             for column in range(first, last + 1):
                 left, right = column * step, (column + 1) * step
                 busy[column] += max(0.0, min(right, span.start + span.seconds) - max(left, span.start))
