@@ -44,10 +44,12 @@ code, .where { font-family: ui-monospace, monospace; font-size: .92em; }
 #summary { border-color: #e15759; border-width: 2px; background: #fffafa; }
 #summary table { width: 100%; }
 #summary td.rank { font-weight: 700; font-size: 1.1em; text-align: center; width: 1.5em; }
-#summary td.cost { width: 15em; }
-#summary td.fix { width: 42%; }
-#summary td.what { font-weight: 600; }
-.meter { display: block; height: 6px; background: #eef2f5; border-radius: 3px; margin-top: .3em; }
+#summary td.cost { width: 16em; }
+#summary td.fix { width: 40%; }
+#summary .what { font-weight: 600; }
+#summary .costline { white-space: nowrap; font-weight: 600; }
+#summary .adds { font-size: .88em; color: #4a5661; }
+.meter { display: block; height: 6px; background: #eef2f5; border-radius: 3px; margin: .3em 0 .2em; }
 .meter span { display: block; height: 6px; background: #e15759; border-radius: 3px; }
 .codes { font-family: ui-monospace, monospace; font-size: .9em; }
 .fix { color: #36414b; }
@@ -155,12 +157,12 @@ def _summary(items: list[Ranked]) -> str:
         code = html.escape(item.code)
         if item.url:
             code = f'<a href="{html.escape(item.url)}">{code or "docs"}</a>'
-        cost_words = f'<br><span class="fix">{html.escape(item.cost_words)}</span>' if item.cost_words else ""
+        cost_words = f'<span class="adds">{html.escape(item.cost_words)}</span>' if item.cost_words else ""
         rows.append(
             f'<tr class="finding"><td class="rank">{item.rank}</td>'
             f'<td><span class="where">{html.escape(item.where)}</span><br>'
             f'<span class="what">{html.escape(item.what)}</span></td>'
-            f'<td class="cost">{html.escape(item.cost)}{meter}{cost_words}</td>'
+            f'<td class="cost"><span class="costline">{html.escape(item.cost)}</span>{meter}{cost_words}</td>'
             f'<td class="codes">{code}</td><td class="fix">{html.escape(item.message)}</td></tr>'
         )
     return ('<table class="ranked"><thead><tr><th>#</th><th>where</th><th>cost in this run</th>'
