@@ -1,23 +1,55 @@
-"""The section model: what a report shows, in order, independent of how it is laid out."""
+"""The section model: what a report shows, in order, independent of how it is laid out.
+
+The types and the number formats are in ``model``, the opening sections (ranked findings, time
+split, timeline) in ``overview``; this module orders them and builds the tables after them.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xlabridge.diagnostics.report import Span, SpanKind, TimeSplit
+from xlabridge.diagnostics.views import overview
+from xlabridge.diagnostics.views.model import (
+    Box,
+    Figure,
+    Lane,
+    Part,
+    Ranked,
+    Section,
+    Table,
+    Timeline,
+    byte_size,
+    count,
+    first_line,
+    plural,
+    seconds,
+    short_path,
+    size,
+    where,
+)
+from xlabridge.diagnostics.views.overview import (
+    FIX_FIRST,
+    KIND_COLOURS,
+    OTHER_COLOUR,
+    SHARE_LABEL_OF_KIND,
+    SHARE_LABELS,
+    SHARE_OF_KIND,
+    process_name,
+    ranked,
+    share_cells,
+    share_colour,
+)
 
 if TYPE_CHECKING:
-    from xlabridge.diagnostics.report import (
-        Finding,
-        Recompile,
-        Report,
-        TpuGraph,
-        XlaGraph,
-    )
+    from xlabridge.diagnostics.report import Recompile, Report, TpuGraph, XlaGraph
+
+__all__ = [
+    "FIX_FIRST", "KIND_COLOURS", "OTHER_COLOUR", "SHARE_LABELS", "SHARE_LABEL_OF_KIND", "SHARE_OF_KIND", "Box",
+    "Figure", "Lane", "Part", "Ranked", "Section", "Table", "Timeline", "build", "byte_size", "count",
+    "environment_line", "first_line", "guard", "plural", "process_name", "ranked", "seconds", "share_cells",
+    "share_colour", "short_path", "size", "where",
+]
 
 _ENVIRONMENT_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("torch", ("torch",)),
@@ -26,201 +58,6 @@ _ENVIRONMENT_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("TPU", ("tpu_type",)),
 )
 """Header labels and the environment keys each is read from, first present wins."""
-
-_SHARE_WORDS = {"xla_compile": "XLA compile", "cpu_fallback": "CPU fallback"}
-SHARE_LABELS: tuple[tuple[str, str], ...] = tuple(
-    (name, _SHARE_WORDS.get(name, name.replace("_", " "))) for name in TimeSplit.SHARES
-)
-"""``(share, label)`` for each share of ``TimeSplit.SHARES``, in its order."""
-
-SHARE_OF_KIND: dict[str, str] = {
-    SpanKind.IMPORT.value: "imports",
-    SpanKind.TRACE.value: "tracing",
-    SpanKind.EXTRACT.value: "tracing",
-    SpanKind.XLA_COMPILE.value: "xla_compile",
-    SpanKind.EXECUTE.value: "execution",
-    SpanKind.CPU_FALLBACK.value: "cpu_fallback",
-    SpanKind.LAZY.value: "lazy",
-    SpanKind.TRANSFER.value: "transfers",
-}
-"""The share of the time split that each kind of span is a part of (tracing: Dynamo and the bridge)."""
-SHARE_LABEL_OF_KIND: dict[str, str] = {kind: dict(SHARE_LABELS)[share] for kind, share in SHARE_OF_KIND.items()}
-
-KIND_COLOURS: dict[str, str] = {
-    SpanKind.IMPORT.value: "#b07aa1",
-    SpanKind.TRACE.value: "#edc948",
-    SpanKind.EXTRACT.value: "#9c755f",
-    SpanKind.XLA_COMPILE.value: "#e15759",
-    SpanKind.EXECUTE.value: "#4e79a7",
-    SpanKind.CPU_FALLBACK.value: "#f28e2b",
-    SpanKind.LAZY.value: "#76b7b2",
-    SpanKind.TRANSFER.value: "#59a14f",
-}
-"""One colour per kind of span (and per share of the time split, through ``SHARE_OF_KIND``)."""
-OTHER_COLOUR = "#bab0ac"
-"""The colour of the ``other`` share and of span kinds this xlabridge does not know."""
-
-FIX_FIRST = 5
-"""Findings the ranked summary shows; the rest are listed under "Findings"."""
-
-
-def share_colour(share: str) -> str:
-    """The colour of a share of the time split: that of its first kind of span."""
-    return next((KIND_COLOURS[k] for k, s in SHARE_OF_KIND.items() if s == share), OTHER_COLOUR)
-
-
-@dataclasses.dataclass
-class Table:
-    """Rows under headers; ``caps`` are text column widths (0: the flexible column)."""
-
-    headers: list[str]
-    rows: list[list[str]]
-    caps: list[int]
-
-
-@dataclasses.dataclass
-class Box:
-    """One segment of an FX graph in its picture."""
-
-    xla: bool
-    label: str
-    ops: list[str]
-
-
-@dataclasses.dataclass
-class Figure:
-    """The picture of FX graphs of one place and shape: their segments left to right."""
-
-    graph: int
-    caption: str
-    boxes: list[Box]
-    graphs: list[int] = dataclasses.field(default_factory=list)
-    """Every FX graph the picture stands for (``graph`` is the first)."""
-
-
-@dataclasses.dataclass
-class Ranked:
-    """One finding of the ranked summary, costliest first."""
-
-    rank: int
-    where: str
-    what: str
-    """``4 recompiles``: its kind and count, in words."""
-    cost: str
-    """``1.30 s of 13.48 s (10%)``, or why it has no cost in time."""
-    share: float | None
-    """``cost_seconds`` over the wall time it is part of (``None``: not a cost in time)."""
-    cost_words: str
-    code: str
-    url: str
-    message: str
-
-
-@dataclasses.dataclass
-class Lane:
-    """The spans of one kind in one process's timeline."""
-
-    kind: str
-    colour: str
-    spans: list[Span]
-
-    @property
-    def seconds(self) -> float:
-        return sum(span.seconds for span in self.spans)
-
-
-@dataclasses.dataclass
-class Timeline:
-    """One process's run in time: a lane per kind of span, over ``end`` seconds."""
-
-    pid: int
-    title: str
-    end: float
-    lanes: list[Lane]
-
-
-@dataclasses.dataclass
-class Part:
-    """One share of a process's wall time, for a stacked bar."""
-
-    label: str
-    seconds: float
-    fraction: float
-    colour: str
-
-
-@dataclasses.dataclass
-class Section:
-    """A titled part of the report: a summary line, tables, pictures, notes."""
-
-    key: str
-    title: str
-    summary: str = ""
-    tables: list[Table] = dataclasses.field(default_factory=list)
-    figures: list[Figure] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)
-    items: list[Ranked] = dataclasses.field(default_factory=list)
-    timelines: list[Timeline] = dataclasses.field(default_factory=list)
-    bars: dict[str, list[Part]] = dataclasses.field(default_factory=dict)
-    """Title of a stacked bar (one per process) → its parts."""
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 graph``, ``2 graphs``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
-def first_line(text: str) -> str:
-    """The first non-empty line of ``text`` (Dynamo's reasons run to many lines)."""
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
-
-
-def short_path(filename: str) -> str:
-    """``filename`` relative to the current directory if it lies under it, else as given."""
-    if not filename or filename.startswith("<"):
-        return filename
-    try:
-        path, here = Path(filename).resolve(), Path.cwd().resolve()
-    except (OSError, RuntimeError):
-        return filename
-    return os.path.relpath(path, here) if path.is_relative_to(here) else filename
-
-
-def where(filename: str, lineno: int, function: str) -> str:
-    """``file:line (function)`` with the file relative to the current directory when inside it."""
-    place = f"{short_path(filename)}:{lineno}"
-    return f"{place} ({function})" if function else place
-
-
-def seconds(value: float | None) -> str:
-    """``1.23 s``, ``45.6 ms``, ``12.3 µs`` (under 0.1 ms), ``-`` for unknown."""
-    if value is None:
-        return "-"
-    if abs(value) >= 1:
-        return f"{value:.2f} s"
-    if value == 0 or abs(value) >= 1e-4:
-        return f"{value * 1e3:.1f} ms"
-    return f"{value * 1e6:.1f} µs"
-
-
-def size(value: float | None) -> str:
-    """``1.25 GiB``, ``3.4 MiB``, ``512 B``; ``-`` for unknown."""
-    if value is None:
-        return "-"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f} {unit}" if unit == "GiB" else f"{value / scale:.1f} {unit}"
-    return f"{int(value)} B"
-
-
-def count(value: float | None) -> str:
-    """``1.2 G``, ``34.5 M``, ``980``; ``-`` for unknown."""
-    if value is None:
-        return "-"
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.1f} {unit}"
-    return f"{value:.0f}"
 
 
 def environment_line(report: Report) -> str:
@@ -233,126 +70,8 @@ def environment_line(report: Report) -> str:
     return " | ".join(parts) or "environment not recorded"
 
 
-def share_cells(split: TimeSplit) -> list[str]:
-    """``2.50 s (25%)`` for each share of ``split``, in ``SHARE_LABELS`` order."""
-    shares = split.shares()
-    return [f"{seconds(getattr(split, key))} ({shares[key]:.0%})" for key, _ in SHARE_LABELS]
-
-
 def _observed(report: Report) -> bool:
     return bool(report.dynamo_graphs or report.dynamo_breaks or report.xla_graphs or report.hlo_breaks)
-
-
-def process_name(report: Report, pid: int) -> str:
-    """``rank 1 (pid 42)`` where the rank is known, else ``pid 42``."""
-    rank = next((p.get("rank") for p in report.processes if p.get("pid") == pid), None)
-    return f"rank {rank} (pid {pid})" if rank is not None else f"pid {pid}"
-
-
-def _time(report: Report) -> Section | None:
-    if not report.time:
-        return None
-    several = len(report.time) > 1
-    if several:
-        summary = f"{plural(len(report.time), 'process')}, each one's wall time split into exclusive shares"
-    else:
-        summary = f"{seconds(report.time[0].wall)} wall, split into exclusive shares"
-    headers = ["share"] + ([process_name(report, t.pid) for t in report.time] if several else ["seconds (of wall)"])
-    rows = [[label] + [share_cells(t)[n] for t in report.time] for n, (_, label) in enumerate(SHARE_LABELS)]
-    if several:
-        rows.insert(0, ["wall"] + [seconds(t.wall) for t in report.time])
-    section = Section("time", "Time", summary=summary,
-                      tables=[Table(headers, rows, [12] + [max(17, len(h)) for h in headers[1:]])])
-    for split in report.time:
-        fractions = split.shares()
-        section.bars[f"{process_name(report, split.pid)}: {seconds(split.wall)}"] = [
-            Part(label, getattr(split, key), fractions[key], share_colour(key)) for key, label in SHARE_LABELS
-        ]
-    if report.tpu is not None and not report.tpu.error:
-        section.notes.append(
-            f"TPU view: {seconds(report.tpu.seconds)} after the run, not part of the wall time above "
-            f"(libtpu's own compile time {seconds(report.tpu.compile_seconds)})"
-        )
-    return section
-
-
-_KIND_NOUNS = {
-    "dynamo-break": ("graph break", "graph breaks"),
-    "recompiles": ("recompile", "recompiles"),
-    "hlo-break": ("call through a CPU fallback", "calls through a CPU fallback"),
-    "cpu-only-graph": ("graph on the CPU", "graphs on the CPU"),
-    "avoidable-collective": ("avoidable collective", "avoidable collectives"),
-    "divergence": ("divergence", "divergences"),
-    "uneven-compile": ("uneven compile", "uneven compiles"),
-    "tpu-does-not-fit": ("graph too big for one TPU device", "graphs too big for one TPU device"),
-    "tpu-refused": ("graph XLA:TPU refused", "graphs XLA:TPU refused"),
-}
-"""A finding's kind as a noun, singular and plural (``4 recompiles``)."""
-
-
-def _what(finding: Finding) -> str:
-    singular, several = _KIND_NOUNS.get(finding.kind, (finding.kind, finding.kind))
-    return f"{finding.count} {singular if finding.count == 1 else several}"
-
-
-def _wall_of(report: Report, pid: int | None) -> float:
-    """The wall time a finding's cost is part of: its process's, or all processes' together."""
-    walls = {t.pid: t.wall for t in report.time}
-    if pid is not None and pid in walls:
-        return walls[pid]
-    return sum(walls.values())
-
-
-def _place(finding: Finding) -> str:
-    if finding.lineno <= 0 and finding.filename.startswith("<"):
-        return f"graph {finding.graph}" if finding.graph is not None else "the run"
-    return where(finding.filename, finding.lineno, finding.function)
-
-
-def ranked(report: Report) -> list[Ranked]:
-    """The report's findings as the ranked summary shows them, in the report's order (costliest first)."""
-    out = []
-    for finding in (f for f in report.findings if f.kind != "probe"):
-        wall = _wall_of(report, finding.pid)
-        if finding.cost_seconds is None:
-            cost, share = "no cost in time", None
-        else:
-            share = finding.cost_seconds / wall if wall > 0 else None
-            cost = f"{seconds(finding.cost_seconds)} of {seconds(wall)}" + (f" ({share:.0%})" if share is not None else "")
-        out.append(Ranked(len(out) + 1, _place(finding), _what(finding), cost, share, finding.cost, finding.code,
-                          finding.url, finding.message))
-    return out
-
-
-def _summary(report: Report) -> Section | None:
-    items = ranked(report)
-    if not items:
-        return None
-    costly = [i for i in items[:FIX_FIRST] if i.share is not None]
-    total = sum(f.cost_seconds or 0.0 for f in report.findings if f.kind != "probe")
-    walls = sum(t.wall for t in report.time)
-    summary = f"{plural(len(items), 'finding')}, costliest in this run first"
-    if total and walls:
-        summary += f"; together {seconds(total)} of {seconds(walls)} (they may overlap)"
-    return Section("summary", "Fix first", summary=summary, items=(costly or items)[:FIX_FIRST])
-
-
-def _timeline(report: Report) -> Section | None:
-    if not report.timeline:
-        return None
-    section = Section("timeline", "Timeline", summary="what each process did when, one lane per kind of work")
-    pids = list(dict.fromkeys(span.pid for span in report.timeline))
-    walls = {t.pid: t.wall for t in report.time}
-    known = [kind.value for kind in SpanKind]
-    for pid in pids:
-        spans = [span for span in report.timeline if span.pid == pid]
-        kinds = [k for k in known if any(s.kind == k for s in spans)]
-        kinds += list(dict.fromkeys(s.kind for s in spans if s.kind not in known))
-        end = max([walls.get(pid, 0.0), *(s.start + s.seconds for s in spans)])
-        lanes = [Lane(kind, KIND_COLOURS.get(kind, OTHER_COLOUR), [s for s in spans if s.kind == kind])
-                 for kind in kinds]
-        section.timelines.append(Timeline(pid, f"{process_name(report, pid)}: {seconds(end)}", end, lanes))
-    return section
 
 
 def _dynamo(report: Report) -> Section:
@@ -560,14 +279,6 @@ def _recompiles(report: Report) -> Section | None:
     return section
 
 
-def byte_size(value: int) -> str:
-    """``512 B``, ``2.0 KiB``, ``3.5 MiB``."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(value) >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} B"
-
-
 def _run_graphs(report: Report) -> Section | None:
     if not report.run_graphs:
         return None
@@ -654,8 +365,8 @@ def build(report: Report) -> list[Section]:
     """The sections of ``report``, in the order both views show them: the ranked findings and
     where the time went first, then the tables."""
     out = [Section("environment", "xlabridge report", summary=environment_line(report))]
-    summary = _summary(report)
-    out += [s for s in (summary, _time(report), _timeline(report)) if s is not None]
+    summary = overview.summary(report)
+    out += [s for s in (summary, overview.time(report), overview.timeline(report)) if s is not None]
     if not _observed(report) and not report.run_graphs:
         out.append(Section("empty", "", notes=["no graphs observed"]))
     elif _observed(report):

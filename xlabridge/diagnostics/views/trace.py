@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xlabridge.diagnostics.report import SpanKind
-from xlabridge.diagnostics.views.sections import process_name
+from xlabridge.diagnostics.views.overview import process_name
 
 if TYPE_CHECKING:
     from xlabridge.diagnostics.report import Report
