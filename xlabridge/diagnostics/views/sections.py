@@ -97,6 +97,11 @@ def _dynamo(report: Report) -> Section:
     return section
 
 
+def _known(filename: str, lineno: int) -> bool:
+    """Whether a place names a line (``<unknown>:0`` does not)."""
+    return lineno > 0 or not filename.startswith("<")
+
+
 def _figure(graph: XlaGraph) -> Figure:
     boxes, count = [], 0
     for segment in graph.segments:
@@ -107,7 +112,9 @@ def _figure(graph: XlaGraph) -> Figure:
         else:
             label = ", ".join(segment.ops) or "CPU"
         boxes.append(Box(xla, label, list(segment.ops)))
-    caption = f"FX graph {graph.index} ({graph.role}): {graph.fx_ops} ops, {plural(graph.xla_graphs, 'XLA graph')}"
+    place = f" at {where(graph.filename, graph.lineno, graph.function)}" if _known(graph.filename, graph.lineno) else ""
+    caption = (f"FX graph {graph.index} ({graph.role}){place}: {graph.fx_ops} ops, "
+               f"{plural(graph.xla_graphs, 'XLA graph')}")
     return Figure(graph.index, caption, boxes, [graph.index])
 
 
@@ -123,8 +130,7 @@ def _figures(graphs: list[XlaGraph]) -> list[Figure]:
         figure = _figure(members[0])
         if len(members) > 1:
             first = members[0]
-            known = lineno > 0 or not filename.startswith("<")
-            place = f"at {where(filename, lineno, function)}" if known else "with the same segments"
+            place = f"at {where(filename, lineno, function)}" if _known(filename, lineno) else "with the same segments"
             figure.graphs = [g.index for g in members]
             figure.caption = (
                 f"FX graph {', '.join(str(g.index) for g in members)}: {len(members)} {role} graphs {place}: "
