@@ -106,8 +106,10 @@ class Section:
 
 
 def plural(count: int, noun: str) -> str:
-    """``1 graph``, ``2 graphs``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+    """``1 graph``, ``2 graphs``, ``2 processes``."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{count} {noun}s"
 
 
 def first_line(text: str) -> str:
