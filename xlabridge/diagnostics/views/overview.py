@@ -77,6 +77,8 @@ def process_name(report: Report, pid: int) -> str:
 
 
 def time(report: Report) -> Section | None:
+    """The time split: a row per share of ``TimeSplit.SHARES``, a column per process, a stacked bar
+    per process (HTML), and the TPU view's compiles after the run on a line of their own."""
     if not report.time:
         return None
     several = len(report.time) > 1
@@ -152,19 +154,22 @@ def ranked(report: Report) -> list[Ranked]:
 
 
 def summary(report: Report) -> Section | None:
+    """"Fix first": the first ``FIX_FIRST`` findings with a cost in time (the first findings when none has one)."""
     items = ranked(report)
     if not items:
         return None
     costly = [i for i in items[:FIX_FIRST] if i.share is not None]
     total = sum(f.cost_seconds or 0.0 for f in report.findings if f.kind != "probe")
     walls = sum(t.wall for t in report.time)
-    summary = f"{plural(len(items), 'finding')}, costliest in this run first"
+    line = f"{plural(len(items), 'finding')}, costliest in this run first"
     if total and walls:
-        summary += f"; together {seconds(total)} of {seconds(walls)} (they may overlap)"
-    return Section("summary", "Fix first", summary=summary, items=(costly or items)[:FIX_FIRST])
+        line += f"; together {seconds(total)} of {seconds(walls)} (they may overlap)"
+    return Section("summary", "Fix first", summary=line, items=(costly or items)[:FIX_FIRST])
 
 
 def timeline(report: Report) -> Section | None:
+    """A timeline per process: a lane per kind of span present (``SpanKind``'s order, unknown kinds
+    after), over the process's wall time or its last span's end, whichever is later."""
     if not report.timeline:
         return None
     section = Section("timeline", "Timeline", summary="what each process did when, one lane per kind of work")
