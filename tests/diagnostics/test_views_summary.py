@@ -260,3 +260,11 @@ def test_the_page_is_self_contained_and_its_json_reads_back(report: Report, page
     assert re.findall(r"url\((?!#)", raw) == []  # only the page's own markers
     data = re.search(r'<script type="application/json" id="xlabridge-report">(.*?)</script>', raw, re.S).group(1)
     assert Report.from_dict(json.loads(data)) == report
+
+
+def test_a_run_without_findings_or_timeline_says_so_where_they_would_be() -> None:
+    split = TimeSplit(pid=1, wall=2.0, tracing=0.5, xla_compile=0.5, execution=0.5, cpu_fallback=0.0, other=0.5)
+    lines = render_text(Report(time=[split])).splitlines()
+    assert lines[2] == "Fix first: nothing found to fix in this run"
+    assert next(line for line in lines if line.startswith("Timeline:")).startswith("Timeline: not recorded")
+    assert "Fix first" not in render_text(Report())  # no run, nothing to say

@@ -157,7 +157,9 @@ def summary(report: Report) -> Section | None:
     """"Fix first": the first ``FIX_FIRST`` findings with a cost in time (the first findings when none has one)."""
     items = ranked(report)
     if not items:
-        return None
+        if not report.time:
+            return None
+        return Section("summary", "Fix first", summary="nothing found to fix in this run")
     costly = [i for i in items[:FIX_FIRST] if i.share is not None]
     total = sum(f.cost_seconds or 0.0 for f in report.findings if f.kind != "probe")
     walls = sum(t.wall for t in report.time)
@@ -171,7 +173,10 @@ def timeline(report: Report) -> Section | None:
     """A timeline per process: a lane per kind of span present (``SpanKind``'s order, unknown kinds
     after), over the process's wall time or its last span's end, whichever is later."""
     if not report.timeline:
-        return None
+        if not report.time:
+            return None
+        return Section("timeline", "Timeline", summary="not recorded (a report of schema /3 or older, or a log "
+                       "without the events it is made of)")
     section = Section("timeline", "Timeline", summary="what each process did when, one lane per kind of work")
     pids = list(dict.fromkeys(span.pid for span in report.timeline))
     walls = {t.pid: t.wall for t in report.time}
