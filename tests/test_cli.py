@@ -52,7 +52,7 @@ def test_report_on_an_unmodified_script_also_when_it_raises(tmp_path, ending):
     raised = "raise" in ending
     assert (result.returncode != 0) == raised, result.stderr[-2000:]
     assert ("the script failed" in result.stderr) == raised
-    assert report["schema"] == "xlabridge.report/3"
+    assert report["schema"] == "xlabridge.report/4"
     assert report["environment"]["torch_xla"] and report["environment"]["pjrt_device"] == "CPU"
     dynamo, hlo = report["dynamo"], report["hlo"]
     assert (dynamo["graph_count"], dynamo["break_count"]) == (2, 1)

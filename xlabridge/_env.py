@@ -63,6 +63,10 @@ PT_XLA_DEBUG_LEVEL = "PT_XLA_DEBUG_LEVEL"
 """``2``: torch_xla writes every graph compilation and execution, its cause and frames."""
 PT_XLA_DEBUG_FILE = "PT_XLA_DEBUG_FILE"
 """Where ``PT_XLA_DEBUG_LEVEL`` output goes (``xlabridge.pod.lazy`` reads it)."""
+PT_XLA_DEBUG_MAX_FRAME = "PT_XLA_DEBUG_MAX_FRAME"
+"""How many Python frames torch_xla's debug output keeps per execution (innermost first; 8 by
+default, too few to reach the user's line from inside the Dynamo bridge or ``torch.nn``):
+``xlabridge.pod`` raises it for a capture."""
 XLA_SAVE_TENSORS_FILE = "XLA_SAVE_TENSORS_FILE"
 """torch_xla appends each synced graph (frames, hash, HLO) to this file (plus ``.<ordinal>``)."""
 XLA_SAVE_TENSORS_FMT = "XLA_SAVE_TENSORS_FMT"

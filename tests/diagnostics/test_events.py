@@ -52,6 +52,8 @@ ONE_OF_EACH: list[ev.Event] = [
                         partitioned={"name": "m", "num_partitions": 4, "collectives": [], "parameters": []},
                         sources={"lines": ["/home/u/train.py:17 (aten__mm)"], "stacks": []}),
     ev.FxCode(**STAMP, filename="<eval_with_key>.3", graph=0, lines=[ev.FxLine(5, "mm", (FRAME,))]),
+    ev.Imported(**STAMP, module="torch_xla", start=0.5),
+    ev.Sync(**STAMP, start=0.8, compiles=1, compile_seconds=0.1, frames=[FRAME]),
 ]
 
 

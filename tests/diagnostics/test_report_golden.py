@@ -51,10 +51,17 @@ def test_demo_report_unchanged(tmp_path, capsys):
     assert new["other"] + new["imports"] + new["lazy"] + new["transfers"] == pytest.approx(old["other"], abs=1e-9)
 
 
+_PLACE = ("filename", "lineno", "function")
+
+
 def _projected(new, old):
-    """``new`` cut down to the keys ``old`` has (recursively): what the old report knew of it."""
+    """``new`` cut down to the keys ``old`` has (recursively): what the old report knew of it. A row
+    the old report could not place (``<unknown>``) may have a line now (issue 18 placed them)."""
     if isinstance(old, dict) and isinstance(new, dict):
-        return {key: _projected(new.get(key), value) for key, value in old.items()}
+        projected = {key: _projected(new.get(key), value) for key, value in old.items()}
+        if old.get("filename") == "<unknown>" and new.get("lineno", 0) > 0:
+            projected.update({key: old[key] for key in _PLACE})
+        return projected
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return [_projected(n, o) for n, o in zip(new, old)]
     return new

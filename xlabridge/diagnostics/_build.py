@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from xlabridge.diagnostics import _build_tpu, _pod_report, _timesplit, causes
+from xlabridge.diagnostics import _build_tpu, _findings, _pod_report, _timeline, _timesplit, causes
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._frames import UNKNOWN, UserCodeRule
 from xlabridge.diagnostics.report import (
@@ -51,6 +51,7 @@ def build_report(events: Iterable[ev.Event]) -> Report:
     if tpu_events:
         _build_tpu.add_tpu_view(report, [(b.events, b.rule) for b in builders], tpu_events)
     _pod_report.add_divergences(report, [(b.pid, b.events, b.rule) for b in builders])
+    _findings.rank(report)
     return report
 
 
@@ -77,6 +78,8 @@ class _ProcessBuilder:
         self._dynamo()
         self._recompiles()
         self._xla_graphs()
+        index = {g.graph: g.index for g in self.report.xla_graphs if g.pid == self.pid}
+        self.report.timeline += _timeline.spans(self.events, index)
         _pod_report.add_run_graphs(self.report, self.pid, self.events, self.rule)
 
     def _where(self, frames: Sequence[ev.Frame]) -> dict[str, Any]:
@@ -173,7 +176,7 @@ class _ProcessBuilder:
             if not causes.guard_text(recompile.reason).strip():
                 reason = f"{reason.rstrip(': ')}: no guard failed (compiled before for another backend)"
             self.report.recompiles.append(Recompile(
-                reason=reason, category=cause.category, suggestion=cause.suggestion, compile_id=recompile.compile_id,
+                reason=reason, guard=causes.failed_guard(recompile.reason), category=cause.category, suggestion=cause.suggestion, compile_id=recompile.compile_id,
                 code=f"{code.filename}:{code.lineno} ({code.function})", pid=self.pid, **where,
             ))
 
@@ -193,8 +196,13 @@ class _ProcessBuilder:
         for graph_seen in self.of(ev.XlaGraphSeen):
             if graph_seen.graph is not None:
                 seen[graph_seen.graph].append(graph_seen)
+        dynamo_places = {g.compile_id: {"filename": g.filename, "lineno": g.lineno, "function": g.function}
+                         for g in self.report.dynamo_graphs if g.pid == self.pid}
         for bridge in self.of(ev.BridgeGraph):
             index = len(self.report.xla_graphs)
+            # forward and backward graphs of one frame share its compile id: a backward graph
+            # is placed at its forward's line
+            place = dynamo_places.get(bridge.compile_id) or self._where(self._callers(bridge.compile_id))
             partition = partitions.get(bridge.graph)
             segments = partition.segments if partition else []
             measured = sorted(called.get(bridge.graph, []), key=lambda c: c.call)
@@ -221,7 +229,7 @@ class _ProcessBuilder:
                 calls=calls,
                 segments=[Segment(s.kind.value, list(s.ops)) for s in segments],
                 hashes=[h.hash for h in hashes], hlo_files=[h.hlo_file for h in hashes],
-                graph=bridge.graph, pid=self.pid,
+                graph=bridge.graph, pid=self.pid, **place,
             ))
             for segment in segments:
                 if segment.kind != ev.SegmentKind.CPU or segment.node is None:
@@ -257,6 +265,7 @@ def _group_recompiles(recompiles: Sequence[Recompile]) -> list[RecompileGroup]:
     for recompile in recompiles:
         groups.setdefault((recompile.filename, recompile.lineno, recompile.function), []).append(recompile)
     return [
-        RecompileGroup(filename, lineno, function, len(items), items[0].reason, items[-1].reason, items[-1].category)
+        RecompileGroup(filename, lineno, function, len(items), items[0].reason, items[-1].reason, items[-1].category,
+                       guards=list(dict.fromkeys(r.guard for r in items if r.guard)))
         for (filename, lineno, function), items in groups.items()
     ]

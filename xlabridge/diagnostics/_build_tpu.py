@@ -48,7 +48,8 @@ class _TpuBuilder:
                     continue
                 if seen.frames and seen.hash not in self.lazy_places:
                     frame = rule.innermost(seen.frames)
-                    self.lazy_places[seen.hash] = (frame.filename, frame.lineno, frame.function)
+                    if frame.lineno:
+                        self.lazy_places[seen.hash] = (frame.filename, frame.lineno, frame.function)
 
     def build(self) -> None:
         if not self.passes:
@@ -110,7 +111,10 @@ class _TpuBuilder:
             place = self.dynamo_places.get((graph.compile_id, graph.pid))
             if place is not None:
                 return place
-        return self.lazy_places.get(digest, (UNKNOWN_NAME, 0, UNKNOWN_NAME))
+        if digest in self.lazy_places:
+            return self.lazy_places[digest]
+        run = next((r for r in self.report.run_graphs if r.hash == digest and r.lineno), None)
+        return (run.filename, run.lineno, run.function) if run else (UNKNOWN_NAME, 0, UNKNOWN_NAME)
 
     def _findings(self, view: TpuView) -> None:
         for row in view.graphs:
@@ -129,11 +133,11 @@ class _TpuBuilder:
                     f"{need}{' (XLA:TPU: ' + causes.first_line(row.out_of_memory) + ')' if row.out_of_memory else ''}. "
                     "Shard it over more chips (SPMD, FSDPv2), lower the batch or sequence length, recompute "
                     "activations (gradient checkpointing), or pick a generation with more HBM.",
-                    graph=graph,
+                    graph=graph, filename=row.filename, lineno=row.lineno, function=row.function,
                 ))
             elif not row.compiled and row.error.startswith("XLA:TPU refused"):
                 self.report.findings.append(Finding(
                     "tpu-refused",
                     f"{which}, from {place}, does not compile for TPU {view.generation}: {causes.first_line(row.error)}",
-                    graph=graph,
+                    graph=graph, filename=row.filename, lineno=row.lineno, function=row.function,
                 ))

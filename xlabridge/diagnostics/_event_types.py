@@ -38,6 +38,8 @@ class EventType(str, enum.Enum):
     LAZY_RUNS = "lazy_runs"
     COLLECTIVES = "collectives"
     FX_CODE = "fx_code"
+    IMPORTED = "imported"
+    SYNC = "sync"
 
 
 class ProbeState(str, enum.Enum):
@@ -270,6 +272,7 @@ class GraphCalled(Event):
     bytes_to_device: int = _field("bytes sent to the device (``InboundData``)", 0)
     bytes_from_device: int = _field("bytes read from the device (``OutboundData``)", 0)
     cpu_fallback_seconds: float = _field("time in its CPU nodes", 0.0)
+    transfer_seconds: float = _field("time of its host-device transfers (``TransferTo/FromDeviceTime``)", 0.0)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -282,6 +285,9 @@ class GraphCalls(Event):
     calls: int = _field("how many calls")
     seconds: float = _field("their total time")
     cpu_fallback_seconds: float = _field("time in CPU nodes over those calls", 0.0)
+    spans: list[list[float]] = _field(
+        "``[start, seconds]`` of each call, for the timeline (at most ``xla_helper.TIMELINE_CALLS`` per graph)",
+        factory=list)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -294,6 +300,28 @@ class Transfer(Event):
     from_device: int = _field("device-to-host transfers")
     bytes_to_device: int = _field("bytes sent", 0)
     bytes_from_device: int = _field("bytes read", 0)
+    seconds: float = _field("their time (``TransferToDeviceTime`` + ``TransferFromDeviceTime``)", 0.0)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Imported(Event):
+    """A heavy package was imported while observed (``xlabridge.diagnostics._probes.imports``)."""
+
+    type: ClassVar[EventType] = EventType.IMPORTED
+    module: str = _field("the module imported (``torch_xla``, ``transformers``, ``torch._inductor``...)")
+    start: float = _field("monotonic start of its import")
+
+
+@dataclasses.dataclass(kw_only=True)
+class Sync(Event):
+    """One ``torch_xla.sync()`` (also ``xm.mark_step()``, which calls it): the lazily traced graph
+    cut, compiled where new, and launched."""
+
+    type: ClassVar[EventType] = EventType.SYNC
+    start: float = _field("monotonic start of the call")
+    compiles: int = _field("XLA compilations inside it", 0)
+    compile_seconds: float = _field("their seconds (torch_xla's ``CompileTime``)", 0.0)
+    frames: list[Frame] = _field("the calling stack, outermost first", factory=list)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -424,7 +452,7 @@ EVENT_CLASSES: dict[EventType, type[Event]] = {
     for cls in (
         ProcessStart, ProbeStatus, DynamoCompile, GraphCaptured, GraphBreak, Recompile, CompilePath,
         BridgeGraph, Partitioned, XlaGraphSeen, XlaCompile, GraphCalled, GraphCalls, Transfer, ProcessEnd,
-        TpuCompiled, TpuPass,
+        TpuCompiled, TpuPass, Imported, Sync,
         LazyGraphSeen, LazyRuns, GraphCollectives, FxCode,
     )
 }

@@ -152,3 +152,15 @@ def from_summaries(summaries: Iterable[object]) -> list[Frame]:
         Frame(str(s.filename), int(getattr(s, "lineno", 0) or 0), str(getattr(s, "name", "") or ""))
         for s in summaries
     ]
+
+
+def current_stack(skip: int = 1) -> list[Frame]:
+    """The calling stack, outermost first, without the innermost ``skip`` frames (this function's
+    caller is skipped by default); source lines are not read."""
+    frames = []
+    frame = sys._getframe(skip)
+    while frame is not None:
+        frames.append(Frame(frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name))
+        frame = frame.f_back
+    frames.reverse()
+    return frames

@@ -22,6 +22,7 @@ from xlabridge.diagnostics.report import (
     Report,
     RunGraph,
     UnevenCompile,
+    XlaGraph,
 )
 
 _GENERATED = re.compile(r"^<eval_with_key>\.\d+")
@@ -113,6 +114,8 @@ def add_run_graphs(report: Report, pid: int, events: Sequence[ev.Event], rule: U
             collective_bytes=sum(t.bytes for t in totals),
             pid=pid, process=process,
         ))
+        if where is UNKNOWN:
+            _place_without_frames(report.run_graphs[-1], report, pid, events)
         if graph is None:
             continue
         groups: dict[tuple, list] = {}
@@ -171,3 +174,35 @@ def add_divergences(report: Report, processes: Sequence[tuple[int, Sequence[ev.E
 def place(frame: ev.Frame) -> str:
     """``file:line (function)`` of ``frame``, or words saying it is unknown."""
     return f"{frame.filename}:{frame.lineno} ({frame.function})" if frame is not UNKNOWN else "an unknown line"
+
+
+def _place_without_frames(row: RunGraph, report: Report, pid: int, events: Sequence[ev.Event]) -> None:
+    """A line for a graph whose stack holds no frame of the user's: autograd runs backward graphs,
+    and the bridge's syncs of their pending inputs, with no Python caller. A graph the bridge ran
+    takes its FX graph's line (``<eval_with_key>.N`` in its stack names the FX graph; a backward
+    graph's line is its forward's); a sync of pending inputs takes the line of the graph that ran
+    next."""
+    graphs = {g.graph: g for g in report.xla_graphs if g.pid == pid}
+    by_code = {e.filename: graphs.get(e.graph) for e in events if isinstance(e, ev.FxCode) and e.graph is not None}
+    stacks = {e.hash: e.frames for e in events if isinstance(e, ev.LazyGraphSeen)}
+
+    def fx_graph(digest: str) -> XlaGraph | None:
+        return next((by_code[f.filename] for f in reversed(stacks.get(digest, [])) if by_code.get(f.filename)), None)
+
+    graph = fx_graph(row.hash)
+    if graph is not None:
+        row.filename, row.lineno, row.function = graph.filename, graph.lineno, graph.function
+        row.place_note = (f"runs FX graph {graph.index} ({graph.role})"
+                          + (": placed at its forward's line, autograd runs it with no Python caller"
+                             if graph.role == "backward" else ""))
+        return
+    runs = [run for e in events if isinstance(e, ev.LazyRuns) for run in e.runs]
+    after = next((i for i, run in enumerate(runs) if run.hash == row.hash), None)
+    following = next((g for run in runs[after + 1:] if (g := fx_graph(run.hash)) is not None), None) \
+        if after is not None and "dynamo" in row.cause_text else None
+    if following is not None:
+        row.filename, row.lineno, row.function = following.filename, following.lineno, following.function
+        row.place_note = (f"the bridge's sync of pending inputs before FX graph {following.index} "
+                          f"({following.role}) ran: placed at that graph's line")
+    else:
+        row.place_note = "torch_xla recorded no Python frame of the user's for it"

@@ -64,7 +64,8 @@ def _totals(recorder: _recorder.Recorder, baseline: xla_metrics.Snapshot) -> Non
     total = xla_metrics.Snapshot.take().since(baseline)
     stamp = _recorder.stamp()
     recorder.add(ev.Transfer(**stamp, to_device=total.to_device, from_device=total.from_device,
-                             bytes_to_device=total.bytes_to_device, bytes_from_device=total.bytes_from_device))
+                             bytes_to_device=total.bytes_to_device, bytes_from_device=total.bytes_from_device,
+                             seconds=total.transfer_seconds))
     attributed = [e for e in recorder.events if isinstance(e, ev.XlaCompile)]
     count = total.compiles - sum(e.count for e in attributed if e.phase != ev.XlaPhase.DYNAMO)
     seconds = total.compile_seconds - sum(e.seconds for e in attributed)

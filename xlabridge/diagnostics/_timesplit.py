@@ -1,21 +1,29 @@
-"""Where one process's observed wall time went: tracing, XLA compilation, execution, CPU-fallback
-work and the rest, as exclusive shares (nested intervals counted once, in the innermost).
+"""Where one process's observed wall time went, as exclusive shares (nested intervals counted
+once, in the innermost share).
 
 From its events:
 
+* **imports**: importing torch_xla, transformers and the other heavy packages while observed
+  (``imported`` intervals, merged: a nested import counts once), wherever it happened (Dynamo
+  imports inductor lazily, inside its first compilation);
 * **tracing**: Dynamo's compilations (``dynamo_compile`` intervals: tracing plus the backend's
   compile call, AOTAutograd included) and the bridge's extractions (``partitioned``
-  intervals: partitioning and lazy tracing), less the XLA compilations inside them;
+  intervals: partitioning and lazy tracing), less the imports and XLA compilations inside them;
 * **XLA compilation**: every ``xla_compile`` event (inside extractions, inside later calls,
-  inside Dynamo, and the rest of torch_xla's ``CompileTime`` outside compiled graphs);
+  inside Dynamo, and the rest of torch_xla's ``CompileTime`` outside compiled graphs: lazily
+  traced graphs compiled at a sync or a host read);
 * **execution**: the calls of compiled graphs (``graph_called`` after the extraction, summed
   ``graph_calls``), less the XLA compilations and CPU-fallback work inside them; waiting for
   the device inside a call counts here;
+* **lazy**: ``torch_xla.sync()`` outside Dynamo's compilations, the bridge's extractions and the
+  compiled graphs' calls (``sync`` intervals), less the XLA compilations inside them: the
+  lazily traced work of a step (an optimizer step, a loss outside ``torch.compile``) running;
+* **transfers**: host-device transfers outside the compiled graphs' calls (torch_xla's transfer
+  times over the whole observation, less those of the measured calls and, for the calls only
+  summed, the last measured call's per call);
 * **CPU-fallback work**: time in the CPU nodes of partitioned graphs during their calls;
-* **other**: the rest of the wall time (Python between compiled graphs, lazy tensor code,
-  ``torch_xla.sync()`` outside compiled graphs, start-up).
-
-Intervals of one kind are merged before summing, so overlapping ones count once.
+* **other**: the rest (Python between compiled graphs, lazy tensor tracing, a host read's
+  execution of pending lazy work).
 """
 
 from __future__ import annotations
@@ -25,15 +33,33 @@ from collections.abc import Iterable, Sequence
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics.report import TimeSplit
 
+Interval = tuple[float, float]
 
-def _union(intervals: Iterable[tuple[float, float]]) -> float:
-    total, end = 0.0, float("-inf")
+
+def merged(intervals: Iterable[Interval]) -> list[Interval]:
+    """``intervals`` merged into disjoint ones, in order."""
+    out: list[Interval] = []
     for start, stop in sorted(intervals):
-        if stop <= end:
-            continue
-        total += stop - max(start, end)
-        end = stop
-    return total
+        if out and start <= out[-1][1]:
+            if stop > out[-1][1]:
+                out[-1] = (out[-1][0], stop)
+        else:
+            out.append((start, stop))
+    return out
+
+
+def length(intervals: Iterable[Interval]) -> float:
+    """Seconds covered by ``intervals`` (overlaps once)."""
+    return sum(stop - start for start, stop in merged(intervals))
+
+
+def outside(intervals: Iterable[Interval], holes: Iterable[Interval]) -> float:
+    """Seconds covered by ``intervals`` and by none of ``holes``."""
+    covered = merged(intervals)
+    cut = merged(holes)
+    return length(covered) - length(
+        (max(a, c), min(b, d)) for a, b in covered for c, d in cut if min(b, d) > max(a, c)
+    )
 
 
 def split(events: Sequence[ev.Event]) -> TimeSplit | None:
@@ -46,15 +72,34 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     def compiled(phase: ev.XlaPhase) -> float:
         return sum(e.seconds for e in compiles if e.phase == phase)
 
-    dynamo = _union((e.start, e.t) for e in events if isinstance(e, ev.DynamoCompile))
-    extraction = _union((e.start, e.t) for e in events if isinstance(e, ev.Partitioned))
-    calls = sum(e.t - e.start for e in events if isinstance(e, ev.GraphCalled))
-    calls += sum(e.seconds for e in events if isinstance(e, ev.GraphCalls))
-    cpu = sum(e.cpu_fallback_seconds for e in events if isinstance(e, (ev.GraphCalled, ev.GraphCalls)))
-    tracing = dynamo - compiled(ev.XlaPhase.DYNAMO) + extraction - compiled(ev.XlaPhase.EXTRACTION)
-    xla_compile = sum(e.seconds for e in compiles)
+    def spans(kind: type[ev.Event]) -> list[Interval]:
+        return [(e.start, e.t) for e in events if isinstance(e, kind)]
+
+    imports = spans(ev.Imported)
+    compiling = spans(ev.DynamoCompile)
+    extracting = spans(ev.Partitioned)
+    called = [e for e in events if isinstance(e, ev.GraphCalled)]
+    summed = [e for e in events if isinstance(e, ev.GraphCalls)]
+    call_spans = [(e.start, e.t) for e in called] + [(s, s + d) for e in summed for s, d in e.spans]
+    tracing = (outside(compiling, imports) - compiled(ev.XlaPhase.DYNAMO)
+               + outside(extracting, imports) - compiled(ev.XlaPhase.EXTRACTION))
+    calls = sum(e.t - e.start for e in called) + sum(e.seconds for e in summed)
+    cpu = sum(e.cpu_fallback_seconds for e in called) + sum(e.cpu_fallback_seconds for e in summed)
     execution = calls - compiled(ev.XlaPhase.CALL) - cpu
+    inside_compiled = compiling + extracting + call_spans
+    syncs = [e for e in events if isinstance(e, ev.Sync)]
+    own_syncs = [s for s in syncs if outside([(s.start, s.t)], inside_compiled) > 0.5 * (s.t - s.start)]
+    lazy = outside([(s.start, s.t) for s in syncs], inside_compiled + imports) - sum(s.compile_seconds for s in own_syncs)
+    transfers = _transfers(events, called, summed)
     wall = end.t - end.start
-    other = wall - tracing - xla_compile - execution - cpu
-    return TimeSplit(pid=end.pid, wall=wall, tracing=tracing, xla_compile=xla_compile,
-                     execution=execution, cpu_fallback=cpu, other=other)
+    shares = dict(imports=length(imports), tracing=tracing, xla_compile=sum(e.seconds for e in compiles),
+                  execution=execution, lazy=max(lazy, 0.0), transfers=transfers, cpu_fallback=cpu)
+    return TimeSplit(pid=end.pid, wall=wall, other=wall - sum(shares.values()), **shares)
+
+
+def _transfers(events: Sequence[ev.Event], called: Sequence[ev.GraphCalled], summed: Sequence[ev.GraphCalls]) -> float:
+    total = sum(e.seconds for e in events if isinstance(e, ev.Transfer))
+    inside = sum(c.transfer_seconds for c in called)
+    last = {c.graph: c.transfer_seconds for c in sorted(called, key=lambda c: c.call)}
+    inside += sum(last.get(s.graph, 0.0) * s.calls for s in summed)
+    return max(total - inside, 0.0)

@@ -157,6 +157,12 @@ def guard_text(reason: str) -> str:
     return "" if reason.rstrip().endswith(":") and " " not in reason.strip() else reason
 
 
+def failed_guard(reason: str) -> str:
+    """The guard expression that failed, alone: Dynamo's reason less its ``frame/n:`` prefix and the
+    ``# source line`` comment it appends (``___stack0 == 4.24 # if x.item() > 5: # m.py:3 in f``)."""
+    return first_line(guard_text(reason)).split("  #", 1)[0].split(" # ", 1)[0].strip()
+
+
 def classify_recompile(reason: str) -> Cause:
     """The first recompile cause whose pattern matches the guard failure in ``reason``."""
     text = guard_text(reason)

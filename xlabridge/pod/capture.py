@@ -60,6 +60,11 @@ class CaptureWay(enum.Flag):
 DEFAULT = CaptureWay.DEBUG_FILE | CaptureWay.HLO_DUMP | CaptureWay.SOURCE_LINES
 
 
+DEBUG_MAX_FRAMES = 128
+"""Python frames torch_xla keeps per execution in the debug file (its default, 8, stops inside
+torch_xla's Dynamo bridge or ``torch.nn``, before the user's line)."""
+
+
 def capture_environment(
     directory: str | Path, ways: CaptureWay = DEFAULT, *, xla_flags: str | None = None
 ) -> dict[str, str]:
@@ -76,6 +81,10 @@ def capture_environment(
     if CaptureWay.DEBUG_FILE in ways:
         env[_env.PT_XLA_DEBUG_LEVEL] = "2"
         env[_env.PT_XLA_DEBUG_FILE] = str(directory / _DEBUG_FILE)
+        # deep enough to reach the user's line from inside the bridge, autograd or a model library
+        # (a depth the user set is kept)
+        if _env.get(_env.PT_XLA_DEBUG_MAX_FRAME) is None:
+            env[_env.PT_XLA_DEBUG_MAX_FRAME] = str(DEBUG_MAX_FRAMES)
     if CaptureWay.HLO_DUMP in ways:
         dump = f"--xla_dump_to={directory / _DUMP_DIR} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
         own = _env.get(_env.XLA_FLAGS, "") if xla_flags is None else xla_flags

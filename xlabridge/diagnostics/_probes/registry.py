@@ -20,18 +20,22 @@ from xlabridge.diagnostics._probes import (
     _status,
     dynamo_compiles,
     dynamo_graphs,
+    imports,
     xla_bridge,
     xla_helper,
     xla_metrics,
+    xla_sync,
 )
 
 PROBES: tuple[ProbeInfo, ...] = (
-    dynamo_compiles.INFO, dynamo_graphs.INFO, xla_helper.INFO, xla_bridge.INFO, xla_metrics.INFO,
+    imports.INFO, dynamo_compiles.INFO, dynamo_graphs.INFO, xla_helper.INFO, xla_bridge.INFO, xla_sync.INFO,
+    xla_metrics.INFO,
 )
 """Every probe, in the order the report lists them."""
 
-_INSTALLED_AT_START = (dynamo_compiles, dynamo_graphs, xla_helper)
-"""Probes installed when observation starts; the bridge's are installed per extraction."""
+_INSTALLED_AT_START = (imports, dynamo_compiles, dynamo_graphs, xla_helper, xla_sync)
+"""Probes installed when observation starts, in this order (the sync probe waits on the import
+probe's hook); the bridge's are installed per extraction."""
 
 _installation: Installation | None = None
 

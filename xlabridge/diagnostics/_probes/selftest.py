@@ -29,8 +29,9 @@ from xlabridge.diagnostics import events as ev
 TIMEOUT_SECONDS = 300
 
 
-def expectations(events: Sequence[ev.Event], *, with_xla: bool) -> dict[str, str]:
-    """For each probe, what it failed to record in the self-test's ``events`` ("" if nothing)."""
+def expectations(events: Sequence[ev.Event], *, with_xla: bool, imported_xla: bool = True) -> dict[str, str]:
+    """For each probe, what it failed to record in the self-test's ``events`` ("" if nothing);
+    ``imported_xla``: whether the program imported torch_xla while observed."""
 
     def of(kind: type[ev.Event]) -> list:
         return [e for e in events if isinstance(e, kind)]
@@ -59,6 +60,9 @@ def expectations(events: Sequence[ev.Event], *, with_xla: bool) -> dict[str, str
         need("xla.bridge", any(s.node and s.node.fallback_ops for p in partitions for s in p.segments),
              "no CPU node with fallback ops")
         need("xla.bridge", bool(of(ev.XlaGraphSeen)), "no XLA graph hash")
+        need("xla.sync", any(s.frames for s in of(ev.Sync)), "no torch_xla.sync() with its stack")
+        if imported_xla:
+            need("python.imports", any(i.module == "torch_xla" for i in of(ev.Imported)), "no import of torch_xla")
         need("xla.metrics", any(c.executions for c in of(ev.GraphCalled)), "no execution counted")
         need("xla.metrics", any(c.phase == ev.XlaPhase.EXTRACTION and c.count for c in of(ev.XlaCompile)),
              "no XLA compilation counted")

@@ -8,6 +8,7 @@ module of its own so that the session, which starts the self-test, never imports
 from __future__ import annotations
 
 import json
+import sys
 
 from xlabridge import _optional
 from xlabridge.diagnostics import _recorder, _session
@@ -19,6 +20,7 @@ def _program() -> dict[str, str]:
     import torch
 
     with_xla = _optional.is_available("torch_xla")
+    imported_xla = with_xla and "torch_xla" not in sys.modules
     recorder = _recorder.Recorder()
     _session.start(recorder, selftest_run=False)
     try:
@@ -44,7 +46,7 @@ def _program() -> dict[str, str]:
             torch_xla.sync()
     finally:
         _session.stop(recorder)
-    return expectations(recorder.events, with_xla=with_xla)
+    return expectations(recorder.events, with_xla=with_xla, imported_xla=imported_xla)
 
 
 def main() -> None:

@@ -222,6 +222,9 @@ def _install_window(installation: Installation, extraction: Extraction) -> None:
 
     def wrap_extract_compiled_graph(original: Any) -> Any:
         def extract_compiled_graph(xla_model: Any, xla_args: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(xla_model, torch.fx.GraphModule):
+                # the graph the bridge runs while unpartitioned: stacks of its executions end in its code
+                _recorder.safely(INFO.name, "reading the graph's generated code", _fx_code, extraction, xla_model)
             extraction.start, extraction.before = time.monotonic(), xla_metrics.Snapshot.take()
             compiled = original(xla_model, xla_args, *args, **kwargs)
             extraction.end, extraction.after = time.monotonic(), xla_metrics.Snapshot.take()

@@ -42,6 +42,10 @@ INFO = ProbeInfo(
 
 FULLY_MEASURED_CALLS = 3
 
+TIMELINE_CALLS = 2000
+"""Later calls of one graph whose start and length are kept for the timeline (two floats each);
+past that, calls are only summed."""
+
 _NUMBERS = itertools.count()
 _LIVE: weakref.WeakSet[ObservedGraph] = weakref.WeakSet()
 
@@ -64,6 +68,8 @@ class ObservedGraph:
         self.pending_calls = 0
         self.pending_seconds = 0.0
         self.pending_cpu = 0.0
+        self.pending_spans: list[list[float]] = []
+        self.spans_kept = 0
         _LIVE.add(self)
         fx_ops = len(xla_bridge.graph_ops(model)) if isinstance(model, torch.fx.GraphModule) else 0
         devices = sorted({x.device.type for x in example_inputs or () if isinstance(x, torch.Tensor)})
@@ -131,15 +137,19 @@ class ObservedGraph:
             **stamp, graph=self.number, call=call, start=start, executions=delta.executions,
             transfers_to_device=delta.to_device, transfers_from_device=delta.from_device,
             bytes_to_device=delta.bytes_to_device, bytes_from_device=delta.bytes_from_device,
-            cpu_fallback_seconds=cpu_seconds,
+            cpu_fallback_seconds=cpu_seconds, transfer_seconds=delta.transfer_seconds,
         ))
 
     def _timed_call(self, args: tuple, kwargs: dict) -> Any:
         compiles, cpu = xla_metrics.uncached_compiles(), self.clock.seconds
-        start = time.perf_counter()
+        start = time.monotonic()
         result = self.compiled(*args, **kwargs)
-        self.pending_seconds += time.perf_counter() - start
+        seconds = time.monotonic() - start
+        self.pending_seconds += seconds
         self.pending_calls += 1
+        if self.spans_kept < TIMELINE_CALLS:
+            self.spans_kept += 1
+            self.pending_spans.append([start, seconds])
         self.pending_cpu += self.clock.seconds - cpu
         compiled = xla_metrics.uncached_compiles() - compiles
         if compiled > 0:
@@ -154,8 +164,9 @@ class ObservedGraph:
         if not self.pending_calls:
             return
         _recorder.emit(ev.GraphCalls(**_recorder.stamp(), graph=self.number, calls=self.pending_calls,
-                                     seconds=self.pending_seconds, cpu_fallback_seconds=self.pending_cpu))
-        self.pending_calls, self.pending_seconds, self.pending_cpu = 0, 0.0, 0.0
+                                     seconds=self.pending_seconds, cpu_fallback_seconds=self.pending_cpu,
+                                     spans=self.pending_spans))
+        self.pending_calls, self.pending_seconds, self.pending_cpu, self.pending_spans = 0, 0.0, 0.0, []
 
 
 def flush() -> None:

@@ -7,7 +7,8 @@ The one place that says which metric means what, for the report and for ``compar
   processed, possibly after the call returned, so it is read only once the device is idle);
 * ``CompileTime`` one sample per XLA compilation (nanoseconds); ``UncachedCompile`` counts
   them too, and is cheap to read;
-* ``TransferToDeviceTime`` / ``TransferFromDeviceTime`` one sample per host-device transfer;
+* ``TransferToDeviceTime`` / ``TransferFromDeviceTime`` one sample per host-device transfer
+  (nanoseconds);
   ``InboundData`` / ``OutboundData`` their bytes;
 * ``aten::*`` counters the ops that ran through torch_xla's CPU fallback.
 
@@ -90,6 +91,7 @@ class Snapshot:
     from_device: int = 0
     bytes_to_device: int = 0
     bytes_from_device: int = 0
+    transfer_seconds: float = 0.0
 
     @classmethod
     def take(cls) -> Snapshot:
@@ -98,14 +100,16 @@ class Snapshot:
         compiles, compile_ns = _data(COMPILE_TIME)
         to_bytes = _data(BYTES_TO_DEVICE)[1]
         from_bytes = _data(BYTES_FROM_DEVICE)[1]
+        (to_device, to_ns), (from_device, from_ns) = _data(TO_DEVICE), _data(FROM_DEVICE)
         return cls(
             executions=_data(EXECUTIONS)[0],
             compiles=compiles,
             compile_seconds=compile_ns / 1e9,
-            to_device=_data(TO_DEVICE)[0],
-            from_device=_data(FROM_DEVICE)[0],
+            to_device=to_device,
+            from_device=from_device,
             bytes_to_device=int(to_bytes),
             bytes_from_device=int(from_bytes),
+            transfer_seconds=(to_ns + from_ns) / 1e9,
         )
 
     def since(self, earlier: Snapshot) -> Snapshot:

@@ -24,6 +24,8 @@ class RunGraph:
     filename: str = _field("user source line that cut it (the sync, the host read, the compiled call)")
     lineno: int = _field("line")
     function: str = _field("function")
+    place_note: str = _field("how the line was found where torch_xla's stack had no frame of the user's "
+                             "(a backward graph: its forward's line), or why there is none", "")
     module: str = _field("the module XLA compiled for it, in XLA's dump", "")
     num_partitions: int = _field("devices it is partitioned over (SPMD)", 1)
     collectives: int = _field("collectives per run of it", 0)

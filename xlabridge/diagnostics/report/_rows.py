@@ -55,6 +55,7 @@ class Recompile:
     suggestion: str = _field("how to avoid it", "")
     compile_id: str = _field("compile id of the new compilation", "")
     code: str = _field("the recompiled code object, ``file:line (function)``", "")
+    guard: str = _field("the guard that failed, alone (without Dynamo's ``frame/n:`` and its source comment)", "")
     pid: int = _field("process", 0)
 
 
@@ -69,6 +70,7 @@ class RecompileGroup:
     first_reason: str = _field("reason of the first")
     last_reason: str = _field("reason of the last")
     category: str = _field("cause of the last")
+    guards: list[str] = _field("the distinct guards that failed, in order (``Recompile.guard``)", factory=list)
 
 
 @dataclasses.dataclass
