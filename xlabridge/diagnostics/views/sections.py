@@ -230,17 +230,18 @@ _SOURCE_COMMENT = re.compile(r"\s{2,}#.*$|\s+#\s.*$")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e-?\d+)?(?![\w.])")
 
 
-def guard(reason: str) -> str:
-    """The guard that failed, shortly: without Dynamo's ``frame/n:``, the source comment it appends
-    and the digits past three significant ones (``___stack0 == 4.24``)."""
-    text = _SOURCE_COMMENT.sub("", _COMPILE_ID.sub("", first_line(reason))).strip()
-    return _NUMBER.sub(lambda m: f"{float(m.group()):.3g}" if "." in m.group() else m.group(), text)
+def guard(recompile: Recompile) -> str:
+    """The guard that failed, shortly (``___stack0 == 4.24``): ``Recompile.guard``, or for a report of
+    schema /3 its reason without Dynamo's ``frame/n:`` and the source comment it appends; numbers
+    cut to three significant digits."""
+    text = recompile.guard or _SOURCE_COMMENT.sub("", _COMPILE_ID.sub("", first_line(recompile.reason))).strip()
+    return _NUMBER.sub(lambda m: f"{float(m.group()):.3g}" if "." in m.group() else m.group(), first_line(text))
 
 
-def _guards(reasons: list[str]) -> str:
+def _guards(recompiles: list[Recompile]) -> str:
     """The failed guards of one cause, once: ``___stack0 == 4.24, 4.18, 4.22, 4.15`` when only one
     number changes between them, else the first with how many others there were."""
-    guards = list(dict.fromkeys(guard(r) for r in reasons))
+    guards = list(dict.fromkeys(guard(r) for r in recompiles))
     if len(guards) == 1:
         return guards[0]
     numbers = [_NUMBER.findall(g) for g in guards]
@@ -256,7 +257,7 @@ def _guards(reasons: list[str]) -> str:
 
 
 def _cause_key(recompile: Recompile) -> tuple:
-    shape = _NUMBER.sub("#", guard(recompile.reason))
+    shape = _NUMBER.sub("#", guard(recompile))
     return (recompile.filename, recompile.lineno, recompile.function, recompile.category, shape)
 
 
@@ -273,7 +274,7 @@ def _recompiles(report: Report) -> Section | None:
         f"{plural(len(groups), 'cause')}",
         tables=[Table(
             ["where", "count", "cause", "guard that failed"],
-            [[where(*key[:3]), str(len(members)), key[3], _guards([r.reason for r in members])]
+            [[where(*key[:3]), str(len(members)), key[3], _guards(members)]
              for key, members in groups.items()],
             [40, 5, 20, 0],
         )],
