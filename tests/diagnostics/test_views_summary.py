@@ -268,3 +268,14 @@ def test_a_run_without_findings_or_timeline_says_so_where_they_would_be() -> Non
     assert lines[2] == "Fix first: nothing found to fix in this run"
     assert next(line for line in lines if line.startswith("Timeline:")).startswith("Timeline: not recorded")
     assert "Fix first" not in render_text(Report())  # no run, nothing to say
+
+
+def test_a_finding_names_its_file_relative_to_the_current_directory(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    filename = str(tmp_path / "pkg" / "m.py")
+    finding = Finding("dynamo-break", f"Dynamo graph break at {filename}:3 (f): x.item()", cost_seconds=0.5,
+                      filename=filename, lineno=3, function="f", pid=1)
+    split = TimeSplit(pid=1, wall=2.0, tracing=0.5, xla_compile=0, execution=0, cpu_fallback=0, other=1.5)
+    block = _flat("\n".join(_block(render_text(Report(time=[split], findings=[finding])), "Fix first")))
+    assert "1. pkg/m.py:3 (f): 1 graph break, 500.0 ms of 2.00 s (25%)" in block
+    assert "Dynamo graph break at pkg/m.py:3 (f): x.item()" in block and str(tmp_path) not in block

@@ -16,6 +16,7 @@ from xlabridge.diagnostics.views.model import (
     Timeline,
     plural,
     seconds,
+    short_path,
     where,
 )
 
@@ -148,8 +149,11 @@ def ranked(report: Report) -> list[Ranked]:
         else:
             share = finding.cost_seconds / wall if wall > 0 else None
             cost = f"{seconds(finding.cost_seconds)} of {seconds(wall)}" + (f" ({share:.0%})" if share is not None else "")
+        message = finding.message
+        if finding.filename and not finding.filename.startswith("<"):  # its place as the views write it
+            message = message.replace(finding.filename, short_path(finding.filename))
         out.append(Ranked(len(out) + 1, _place(finding), _what(finding), cost, share, finding.cost, finding.code,
-                          finding.url, finding.message))
+                          finding.url, message))
     return out
 
 
