@@ -63,7 +63,7 @@ def _merged_report(directory: Path, tpu: str | None = None):
     """The report of every event log in ``directory``, each read once; with ``tpu``, the run's
     graphs are first compiled for that topology and their events written beside the logs
     (replacing an earlier TPU log, so ``--read DIR --tpu`` can compile for another topology)."""
-    from xlabridge.diagnostics import _tpu_pass, events
+    from xlabridge.diagnostics import _pod, _tpu_pass, events
     from xlabridge.diagnostics.report import Report
 
     logs = sorted(directory.glob("events-*.jsonl"))
@@ -82,6 +82,7 @@ def _merged_report(directory: Path, tpu: str | None = None):
         events.write_log(compiled, directory / _TPU_LOG)
         merged += compiled
     report = Report.from_events(merged)
+    report.warnings += [note for note in _pod.notes(merged) if note not in report.warnings]
     if not process_logs:
         report.warnings.append("no Python process of the command reported: is it a Python program?")
     if skipped:

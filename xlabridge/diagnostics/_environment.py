@@ -52,4 +52,9 @@ def environment() -> dict[str, Any]:
     from xlabridge import cache
 
     info["compilation_cache"] = cache.status()
+    from xlabridge.diagnostics import _pod
+
+    capture = _pod.summary()
+    if capture is not None:
+        info["xla_capture"] = capture
     return info
