@@ -3,9 +3,10 @@
 A user who runs ``XLA_FLAGS="--xla_dump_to=D ..." xlabridge report --pod -- python train.py``
 finds in D what XLA writes there without xlabridge, and the pod report is the one a run without
 their flags gives. Each run is the CLI on the bundled sharded example (PJRT CPU, 4 devices, real
-torch_xla); the references are independent of xlabridge's capture: the same program run plainly
-with the same ``XLA_FLAGS`` (the files XLA writes, and the ``*.debug_options`` file in which XLA
-records the options it compiled with), and ``--pod`` without any dump option of the user's.
+torch_xla), or on two ranks of a data-parallel run as separate processes; the references are
+independent of xlabridge's capture: the same program run plainly with the same ``XLA_FLAGS``
+(the files XLA writes, and the ``*.debug_options`` file in which XLA records the options it
+compiled with), and ``--pod`` without any dump option of the user's.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 
 from tests.conftest import requires_xla
 from xlabridge.diagnostics import _pod
+from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics.report import Report
 
 pytestmark = [
@@ -32,15 +34,18 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND = ("-m", "xlabridge.examples.sharded_train", "--steps", "3")
+RANKS = ("-m", "tests.pod._ranks_launcher", "2", "2", "-1")
+"""Two identical ranks (``WORLD_SIZE=2``) of two steps: processes that would share the user's directory."""
 OWN = "--xla_backend_optimization_level=0 --xla_force_host_platform_device_count=2"
 """User flags that are not about the dump (the first shortens XLA:CPU compiles)."""
 # name: the user's XLA_FLAGS ({dump} is their directory)
 FLAGS = {
     "reference": OWN,
-    "text": f"{OWN} --xla_dump_to={{dump}} --xla_dump_hlo_as_text",
+    "text": f"{OWN} --xla_dump_to={{dump}} --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=spmd",
     # their module filter leaves every module out, the protos are gzipped, the files timestamped
     "filtered": f"{OWN} --xla_dump_to={{dump}} --xla_dump_hlo_as_proto --xla_dump_hlo_module_re=NoSuchModule "
                 "--xla_dump_include_timestamp --xla_dump_compress_protos",
+    "ranks": "--xla_dump_to={dump} --xla_dump_hlo_as_text",
 }
 STALE = "module_0042.EarlierRun.1.cpu_after_optimizations.txt"
 """A file of an earlier run in the user's directory: left alone, and not read."""
@@ -51,6 +56,7 @@ class Run:
     dump: Path
     report: Report | None = None
     stderr: str = ""
+    events: Path | None = None
 
 
 def _run(base: Path, name: str, *, pod: bool) -> Run:
@@ -59,20 +65,21 @@ def _run(base: Path, name: str, *, pod: bool) -> Run:
     dump.mkdir(parents=True)
     (dump / STALE).write_text("HloModule EarlierRun.1\n")
     env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=str(REPO), XLA_FLAGS=FLAGS[name].format(dump=dump))
-    argv = [sys.executable, *COMMAND]
+    argv = [sys.executable, *(RANKS if name == "ranks" else COMMAND)]
     if pod:
         argv = [sys.executable, "-m", "xlabridge.cli", "report", "--pod", "--events", str(directory / "events"),
                 "--json", str(directory / "report.json"), "--", *argv]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     report = Report.from_dict(json.loads((directory / "report.json").read_text())) if pod else None
-    return Run(dump, report, done.stderr)
+    return Run(dump, report, done.stderr, directory / "events")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[tuple[str, bool], Run]:
     base = tmp_path_factory.mktemp("pod_user_dump")
-    jobs = [("reference", True), ("text", True), ("text", False), ("filtered", True), ("filtered", False)]
+    jobs = [("ranks", True), ("reference", True), ("text", True), ("text", False), ("filtered", True),
+            ("filtered", False), ("ranks", False)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         futures = {job: pool.submit(_run, base, job[0], pod=job[1]) for job in jobs}
         return {job: future.result() for job, future in futures.items()}
@@ -106,6 +113,7 @@ def test_the_users_directory_holds_what_xla_writes_there_plus_the_proto_said_onc
     added = _kinds(pod.dump) - _kinds(plain.dump)
     assert _kinds(plain.dump) <= _kinds(pod.dump)
     assert added and all(name.endswith(".hlo.pb") for name in added), added
+    assert any(".spmd-partitioner." in name for name in added), "the passes the user asked for, as protos too"
     assert {re.sub(r"^module_\d+\.|\.hlo\.pb$", "", name) for name in added} <= {
         re.sub(r"^module_\d+\.|\.txt$", "", name) for name in _kinds(plain.dump)}
     # XLA's own record of its options: the user's, with the proto format added, nothing else
@@ -157,3 +165,27 @@ def test_a_lifted_module_filter_is_said_and_only_adds_files(runs):
     assert "xla_dump_hlo_module_re" not in options
     assert {options[name] for name in ("xla_dump_compress_protos", "xla_dump_include_timestamp",
                                        "xla_dump_hlo_as_proto", "xla_dump_hlo_as_text")} == {"true"}
+
+
+def test_ranks_sharing_the_users_directory_dump_one_each(runs):
+    pod, plain = runs["ranks", True], runs["ranks", False]
+    # plainly both ranks write the same file names over each other in the directory
+    written = _kinds(plain.dump) - {STALE}
+    assert any(name.endswith("after_optimizations.txt") for name in written)
+    assert _kinds(pod.dump) == {STALE, "rank-0", "rank-1"}, "the launcher ran no graph: nothing at the top"
+    seen = {}
+    for log in pod.events.glob("events-*.jsonl"):
+        for event in ev.read_log(log).events:
+            if isinstance(event, ev.LazyGraphSeen) and event.compiles:
+                seen.setdefault(event.rank, set()).add(event.module)
+    assert set(seen) == {0, 1}
+    for rank, modules in seen.items():
+        directory = pod.dump / f"rank-{rank}"
+        assert _kinds(directory) - written == {name[: -len(".txt")] + ".hlo.pb" for name in written
+                                               if name.endswith("optimizations.txt")}
+        assert _kinds(directory) >= written
+        dumped = {re.match(r"module_\d+\.(.+)\.cpu_after_optimizations\.txt$", name).group(1)
+                  for name in _kinds(directory) if name.endswith("cpu_after_optimizations.txt")}
+        assert "" not in modules and modules <= dumped, (rank, modules, dumped)
+        assert sum(f"this process dumps to {directory}" in note for note in _pod_notes(pod.report)) == 1
+    assert not pod.report.divergences
