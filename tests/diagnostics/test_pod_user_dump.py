@@ -96,10 +96,12 @@ def _debug_options(dump: Path) -> dict[str, str]:
     return dict(line.split(": ", 1) for line in path.read_text().splitlines() if line.strip())
 
 
-def _graphs(report: Report) -> list[dict]:
-    def rows(items) -> list[dict]:
-        return sorted((json.dumps({k: v for k, v in dataclasses.asdict(item).items() if k not in ("pid", "process")},
-                                  sort_keys=True) for item in items))
+def _graphs(report: Report) -> list[list[str]]:
+    """The report's graphs and collectives, less the process ids (another run, other pids)."""
+
+    def rows(items) -> list[str]:
+        return sorted(json.dumps({k: v for k, v in dataclasses.asdict(item).items() if k not in ("pid", "process")},
+                                 sort_keys=True) for item in items)
 
     return [rows(report.run_graphs), rows(report.collectives)]
 

@@ -110,6 +110,14 @@ def test_a_child_process_starts_from_the_users_settings(environ, tmp_path):
                                                          "--xla_dump_hlo_as_proto"]
 
 
+def test_a_relative_directory_is_the_working_directorys(environ, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    environ({_env.XLA_FLAGS: "--xla_dump_to=mine --xla_dump_hlo_as_proto --xla_dump_hlo_as_text"})
+    plan = plan_capture("capture")
+    assert plan.dump == tmp_path / "mine" and plan.notes == ()
+    assert plan.environment[_env.XLA_FLAGS] == "--xla_dump_to=mine --xla_dump_hlo_as_proto --xla_dump_hlo_as_text"
+
+
 def test_a_shared_directory_gets_one_per_process(environ, tmp_path):
     dump = tmp_path / "mine"
     environ({_env.XLA_FLAGS: f"--xla_dump_to={dump} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"})
@@ -166,9 +174,9 @@ def test_processes_sharing_a_dump_are_found(environ, tmp_path):
         plan_capture(report / f"pod-{pid}")
     (report / "pod-12" / "pt_xla_debug.txt").write_text("Compilation Analysis: ...\n")
     (report / "pod-13" / "pt_xla_debug.txt").write_text("")  # started torch_xla, ran nothing
-    assert _pod._sharing(report / "pod-11") == [12]
-    assert _pod._sharing(report / "pod-12") == []
+    assert _pod._sharing(report / "pod-11") == (tmp_path / "mine", [12])
+    assert _pod._sharing(report / "pod-12")[1] == []
     Path(report / "pod-14").mkdir()
     plan_capture(report / "pod-14", subdirectory="rank-0")
     (report / "pod-14" / "pt_xla_debug.txt").write_text("Compilation Analysis: ...\n")
-    assert _pod._sharing(report / "pod-11") == [12]
+    assert _pod._sharing(report / "pod-11")[1] == [12]

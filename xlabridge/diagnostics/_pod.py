@@ -136,9 +136,10 @@ def notes(events: Iterable[ev.Event]) -> list[str]:
     return [f"pid {pid}: --pod: {note}" for pid, found in latest.items() for note in found]
 
 
-def _sharing(capture_dir: Path) -> list[int]:
-    """Other processes of the report whose XLA dumped into the directory this one's did and that ran
-    graphs (a launcher that never ran one does not count): their modules are not told apart."""
+def _sharing(capture_dir: Path) -> tuple[Path, list[int]]:
+    """This process's dump directory, and the other processes of the report whose XLA dumped there
+    too and that ran graphs (a launcher that never ran one does not count): their modules are not
+    told apart."""
     from xlabridge.pod.capture import dump_directory
 
     mine, _ = dump_directory(capture_dir)
@@ -149,7 +150,7 @@ def _sharing(capture_dir: Path) -> list[int]:
             continue
         if dump_directory(other)[0] == mine and other.name[len("pod-"):].isdigit():
             others.append(int(other.name[len("pod-"):]))
-    return sorted(others)
+    return mine, sorted(others)
 
 
 def _status(state: ev.ProbeState, reason: str = "") -> ev.ProbeStatus:
@@ -174,11 +175,11 @@ def emit(recorder: _recorder.Recorder, capture_dir: Path) -> None:
     from xlabridge.pod import GraphCause, GraphSources, read_capture
     from xlabridge.pod.lazy import classify_cause
 
-    sharing = _sharing(capture_dir)
+    dump, sharing = _sharing(capture_dir)
     if sharing:
-        _NOTES.append(f"processes {', '.join(map(str, sharing))} dumped into {_DUMP[0] if _DUMP else 'its dump'} "
-                      "too, where XLA numbers modules per process: this process's collectives are not reported "
-                      "(give each process its own --xla_dump_to)")
+        _NOTES.append(f"processes {', '.join(map(str, sharing))} dumped into {dump} too, where XLA numbers "
+                      "modules per process: this process's collectives are not reported (give each process its "
+                      "own --xla_dump_to)")
     capture = read_capture(capture_dir, modules=not sharing)
     stamp = _recorder.stamp()
     if capture.trace is None or not capture.trace.graphs:

@@ -44,6 +44,7 @@ import dataclasses
 import enum
 import json
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 from xlabridge import _env
@@ -147,7 +148,7 @@ def _hides(flag: str, value: str | None) -> bool:
     return flag in _LIFTED and _LIFTED[flag][0](value)
 
 
-def _lifted_notes(flags: list[tuple[str, str | None, str]], dump: Path, names) -> list[str]:
+def _lifted_notes(flags: list[tuple[str, str | None, str]], dump: Path, names: Iterable[str]) -> list[str]:
     notes = []
     for flag in names:
         given, value = _last(flags, flag)
@@ -172,7 +173,7 @@ def _dump_flags(flags: list[tuple[str, str | None, str]], ours: Path,
             notes.append(f"XLA_FLAGS dump XLA's modules to {where}: under --pod they go to {ours} instead")
         return [*tokens, f"--{_DUMP_TO}={ours}", f"--{_AS_TEXT}", f"--{_AS_PROTO}"], ours, notes
     # The user's directory: every option of theirs stays, but those that hide modules or metadata.
-    user_dump = Path(dump_to)
+    user_dump = Path(dump_to).absolute()  # XLA's relative path is the process's working directory's
     dump = user_dump / subdirectory if subdirectory else user_dump
     tokens = [token for flag, value, token in flags
               if not _hides(flag, value)
