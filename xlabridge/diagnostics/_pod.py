@@ -107,6 +107,7 @@ def start(capture_dir: Path) -> None:
     A parent process's capture (inherited through the environment) gives way to this process's;
     the user's own dump stays theirs (``xlabridge.pod.plan_capture``).
     """
+    from xlabridge.diagnostics import _environment
     from xlabridge.errors import DiagnosticsWarning
     from xlabridge.pod import plan_capture
 
@@ -115,6 +116,7 @@ def start(capture_dir: Path) -> None:
         _env.put(name, value)
     _DUMP[:] = [plan.dump]
     _NOTES[:] = plan.notes
+    _environment.add_part("xla_capture", summary)
     if plan.notes:
         warnings.warn("xlabridge report --pod: " + "; ".join(plan.notes), DiagnosticsWarning, stacklevel=2)
 
