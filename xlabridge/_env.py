@@ -22,6 +22,10 @@ POD = "XLABRIDGE_POD"
 """``1``, set by ``xlabridge report --pod``: each process captures its XLA graphs (lazy ones too),
 their collectives and source lines (``xlabridge.pod.capture_environment``); automatic when
 ``WORLD_SIZE`` > 1."""
+POD_SET = "XLABRIDGE_POD_SET"
+"""Set with a process's capture (``xlabridge.pod.plan_capture``): JSON of each variable it set, as
+``[the user's value or null, the value set]``, so that a child process that inherits them starts
+from the user's values (its own capture, its own directory)."""
 AUTOCAST_BACKEND = "XLABRIDGE_AUTOCAST_BACKEND"
 """``auto`` | ``cpp`` | ``python``: how autocast kernels are registered (``xlabridge.autocast``)."""
 AUTOCAST_BUILD_DIR = "XLABRIDGE_AUTOCAST_BUILD_DIR"
@@ -54,7 +58,8 @@ WORLD_SIZE = "WORLD_SIZE"
 """A distributed launcher's number of processes (torchrun)."""
 XLA_FLAGS = "XLA_FLAGS"
 """XLA's own flags, read once when XLA starts: ``xlabridge.pod`` sets ``--xla_dump_to`` for a run it
-captures and the host device count for its partitioning worker."""
+captures (keeping a user's own dump directory and options) and the host device count for its
+partitioning worker."""
 CPU_NUM_DEVICES = "CPU_NUM_DEVICES"
 """How many devices torch_xla's PJRT CPU client opens (read once at start-up)."""
 XLA_HLO_DEBUG = "XLA_HLO_DEBUG"

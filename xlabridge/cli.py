@@ -63,7 +63,7 @@ def _merged_report(directory: Path, tpu: str | None = None):
     """The report of every event log in ``directory``, each read once; with ``tpu``, the run's
     graphs are first compiled for that topology and their events written beside the logs
     (replacing an earlier TPU log, so ``--read DIR --tpu`` can compile for another topology)."""
-    from xlabridge.diagnostics import _tpu_pass, build_report, events
+    from xlabridge.diagnostics import _pod, _tpu_pass, build_report, events
 
     logs = sorted(directory.glob("events-*.jsonl"))
     process_logs = [path for path in logs if path.name != _TPU_LOG]
@@ -81,6 +81,7 @@ def _merged_report(directory: Path, tpu: str | None = None):
         events.write_log(compiled, directory / _TPU_LOG)
         merged += compiled
     report = build_report(merged)
+    report.warnings += [note for note in _pod.notes(merged) if note not in report.warnings]
     if not process_logs:
         report.warnings.append("no Python process of the command reported: is it a Python program?")
     if skipped:

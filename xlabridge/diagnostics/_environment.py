@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,6 +36,15 @@ def _xla_runtime() -> dict[str, Any]:
         return {"xla_runtime_error": f"{type(error).__name__}: {error}"}
 
 
+_PARTS: dict[str, Callable[[], Any]] = {}
+
+
+def add_part(name: str, part: Callable[[], Any]) -> None:
+    """Have ``environment()`` record ``name`` too: what ``part()`` returns then, unless None (the
+    diagnostics' own switches, such as ``--pod``'s capture, which the modules that set them know)."""
+    _PARTS[name] = part
+
+
 def environment() -> dict[str, Any]:
     """Versions, the PJRT device and the TPU type (where there is one) of this process."""
     info: dict[str, Any] = {
@@ -52,4 +62,8 @@ def environment() -> dict[str, Any]:
     from xlabridge import cache
 
     info["compilation_cache"] = cache.status()
+    for name, part in _PARTS.items():
+        value = part()
+        if value is not None:
+            info[name] = value
     return info

@@ -14,12 +14,21 @@ whose compiled module the dump holds.
 It costs where the run does not: source lines (``XLA_HLO_DEBUG``) at tracing, the dump's file
 writes at each compilation. Hence opt-in (``xlabridge report --pod``), and automatic where a run
 is multi-process (``WORLD_SIZE`` > 1). An SPMD run observed without it is told so (``hint``).
+
+A user's own ``--xla_dump_to`` directory keeps receiving XLA's dump, with every option they gave
+(``xlabridge.pod.plan_capture``); where the capture must add or lift something there, it says so
+once (``DiagnosticsWarning``) and in the report (the environment's ``xla_capture`` notes, which
+``notes`` turns into the report's warnings). The processes of a multi-process run each dump into
+a directory of their own inside it (``rank-<RANK>``), as XLA would write them over each other;
+other processes found to share it (``emit``) have their collectives left out, with a note.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 from xlabridge import _env
@@ -39,7 +48,9 @@ INFO = ProbeInfo(
     "each graph, and differences between processes",
 )
 
-_DUMP_FLAGS = ("--xla_dump_to=", "--xla_dump_hlo_as_text", "--xla_dump_hlo_as_proto")
+_NOTES: list[str] = []
+"""What this process's capture changed in what the user configured, or could not read (``summary``)."""
+_DUMP: list[Path] = []
 
 
 SUPPORTED_FROM = (2, 9)
@@ -81,16 +92,67 @@ def directory(report_dir: str | os.PathLike[str], pid: int) -> Path:
     return Path(report_dir) / f"pod-{pid}"
 
 
+def _shared_dump_name() -> str | None:
+    """This process's directory inside a dump directory that the processes of the run share."""
+    world = _env.get(_env.WORLD_SIZE) or ""
+    if not (world.isdigit() and int(world) > 1):
+        return None
+    rank = _env.get(_env.RANK) or ""
+    return f"rank-{rank}" if rank.isdigit() else f"pid-{os.getpid()}"
+
+
 def start(capture_dir: Path) -> None:
     """Switch the capture on for this process; call before torch_xla is imported.
 
-    A parent process's capture flags (inherited through ``XLA_FLAGS``) give way to this process's.
+    A parent process's capture (inherited through the environment) gives way to this process's;
+    the user's own dump stays theirs (``xlabridge.pod.plan_capture``).
     """
-    from xlabridge.pod import capture_environment
+    from xlabridge.diagnostics import _environment
+    from xlabridge.errors import DiagnosticsWarning
+    from xlabridge.pod import plan_capture
 
-    own = " ".join(flag for flag in (_env.get(_env.XLA_FLAGS) or "").split() if not flag.startswith(_DUMP_FLAGS))
-    for name, value in capture_environment(capture_dir, xla_flags=own).items():
+    plan = plan_capture(capture_dir, subdirectory=_shared_dump_name())
+    for name, value in plan.environment.items():
         _env.put(name, value)
+    _DUMP[:] = [plan.dump]
+    _NOTES[:] = plan.notes
+    _environment.add_part("xla_capture", summary)
+    if plan.notes:
+        warnings.warn("xlabridge report --pod: " + "; ".join(plan.notes), DiagnosticsWarning, stacklevel=2)
+
+
+def summary() -> dict | None:
+    """Where this process's capture has XLA dump, the ``XLA_FLAGS`` XLA reads, and the notes (the
+    report's environment)."""
+    if not _DUMP:
+        return None
+    return {"dump": str(_DUMP[0]), "xla_flags": _env.get(_env.XLA_FLAGS) or "", "notes": list(_NOTES)}
+
+
+def notes(events: Iterable[ev.Event]) -> list[str]:
+    """The notes of each process's capture (``summary``) in ``events``, as report warnings."""
+    latest: dict[int, list[str]] = {}
+    for event in events:
+        if isinstance(event, (ev.ProcessStart, ev.ProcessEnd)) and event.environment.get("xla_capture"):
+            latest[event.pid] = event.environment["xla_capture"].get("notes", [])
+    return [f"pid {pid}: --pod: {note}" for pid, found in latest.items() for note in found]
+
+
+def _sharing(capture_dir: Path) -> tuple[Path, list[int]]:
+    """This process's dump directory, and the other processes of the report whose XLA dumped there
+    too and that ran graphs (a launcher that never ran one does not count): their modules are not
+    told apart."""
+    from xlabridge.pod.capture import dump_directory
+
+    mine, _ = dump_directory(capture_dir)
+    others = []
+    for other in capture_dir.parent.glob("pod-*"):
+        debug = other / "pt_xla_debug.txt"
+        if other == capture_dir or not debug.exists() or debug.stat().st_size == 0:
+            continue
+        if dump_directory(other)[0] == mine and other.name[len("pod-"):].isdigit():
+            others.append(int(other.name[len("pod-"):]))
+    return mine, sorted(others)
 
 
 def _status(state: ev.ProbeState, reason: str = "") -> ev.ProbeStatus:
@@ -102,12 +164,11 @@ def _save_lazy_hlo(recorder: _recorder.Recorder, module, graph_hash: str) -> str
     """The module torch_xla handed XLA (pre-partition, with its shardings), saved beside the log."""
     from xlabridge.pod._hlo_proto import module_proto
 
-    dump = Path(_env.get(_env.PT_XLA_DEBUG_FILE) or "").parent / "xla_dump"
-    found = sorted(dump.glob(f"module_{module.module_id:04d}.*.before_optimizations.hlo.pb"))
-    if not found:
+    before = module.before_optimizations()
+    if before is None:
         return None
     path, name = recorder.hlo_path(f"{os.getpid()}-lazy-{graph_hash[:16]}.hlo.pb")
-    path.write_bytes(module_proto(found[0].read_bytes()))
+    path.write_bytes(module_proto(before))
     return name
 
 
@@ -116,7 +177,12 @@ def emit(recorder: _recorder.Recorder, capture_dir: Path) -> None:
     from xlabridge.pod import GraphCause, GraphSources, read_capture
     from xlabridge.pod.lazy import classify_cause
 
-    capture = read_capture(capture_dir)
+    dump, sharing = _sharing(capture_dir)
+    if sharing:
+        _NOTES.append(f"processes {', '.join(map(str, sharing))} dumped into {dump} too, where XLA numbers "
+                      "modules per process: this process's collectives are not reported (give each process its "
+                      "own --xla_dump_to)")
+    capture = read_capture(capture_dir, modules=not sharing)
     stamp = _recorder.stamp()
     if capture.trace is None or not capture.trace.graphs:
         executed = xla_metrics.loaded() and xla_metrics.Snapshot.take().executions > 0

@@ -8,7 +8,8 @@ into events and report sections:
   Python stack from the proto) and its input shardings; ``classify(collective, graph)`` names a
   known cause and a fix from the one table ``COLLECTIVE_CAUSES``.
 - Getting the partitioned module of a torch_xla SPMD graph: ``capture_environment`` (set before
-  the process starts: XLA's dump, torch_xla's debug file, source lines) and ``read_capture``;
+  the process starts: XLA's dump, torch_xla's debug file, source lines; ``plan_capture`` says
+  too what it changes in a dump of the user's own, which it keeps) and ``read_capture``;
   ``read_dump`` for an XLA dump directory; ``partition_hlo`` for a pre-partition proto taken in
   process (compiled for N CPU devices in a jaxlib worker).
 - ``read_lazy_trace`` → ``LazyTrace``: each XLA graph of a lazily traced run with its cause
@@ -19,7 +20,7 @@ into events and report sections:
   (``xlabridge.tpu``): HBM per chip and whether it fits, kernels, cost, TPU collectives.
 """
 
-from xlabridge.pod.capture import DEFAULT, Capture, CaptureWay, capture_environment, read_capture
+from xlabridge.pod.capture import DEFAULT, Capture, CapturePlan, CaptureWay, capture_environment, plan_capture, read_capture
 from xlabridge.pod.causes import COLLECTIVE_CAUSES, CollectiveCause, classify
 from xlabridge.pod.collectives import Collective, CollectiveKind, CollectiveTotals, SourceLine, find_collectives, totals
 from xlabridge.pod.divergence import Divergence, GraphSources, ProcessRun, SourceDifference, UnevenCompile, find_divergences
@@ -34,6 +35,7 @@ __all__ = [
     "COLLECTIVE_CAUSES",
     "DEFAULT",
     "Capture",
+    "CapturePlan",
     "CaptureWay",
     "Collective",
     "CollectiveCause",
@@ -62,6 +64,7 @@ __all__ = [
     "find_divergences",
     "innermost",
     "partition_hlo",
+    "plan_capture",
     "read_capture",
     "read_dump",
     "read_lazy_trace",
