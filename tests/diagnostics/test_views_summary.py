@@ -279,3 +279,12 @@ def test_a_finding_names_its_file_relative_to_the_current_directory(tmp_path: Pa
     block = _flat("\n".join(_block(render_text(Report(time=[split], findings=[finding])), "Fix first")))
     assert "1. pkg/m.py:3 (f): 1 graph break, 500.0 ms of 2.00 s (25%)" in block
     assert "Dynamo graph break at pkg/m.py:3 (f): x.item()" in block and str(tmp_path) not in block
+
+
+def test_only_web_pages_become_links(tmp_path: Path) -> None:
+    split = TimeSplit(pid=1, wall=2.0, tracing=0, xla_compile=0, execution=0, cpu_fallback=0, other=2.0)
+    findings = [Finding("dynamo-break", "a", cost_seconds=1.0, code="GB0001", url="javascript:alert(1)", pid=1),
+                Finding("dynamo-break", "b", cost_seconds=0.5, code="GB0002", url="https://example.org/gb0002", pid=1)]
+    raw = write_html(Report(time=[split], findings=findings), tmp_path / "r.html").read_text(encoding="utf-8")
+    body = raw[: raw.index('<script type="application/json"')]
+    assert 'href="javascript' not in body and 'href="https://example.org/gb0002">GB0002</a>' in body

@@ -155,8 +155,10 @@ def _summary(items: list[Ranked]) -> str:
             width = max(1.0, min(100.0, item.share * 100))
             meter = f'<span class="meter"><span style="width:{width:.1f}%"></span></span>'
         code = html.escape(item.code)
-        if item.url:
+        if item.url.startswith(("https://", "http://")):  # a link, never a script (the report may come from elsewhere)
             code = f'<a href="{html.escape(item.url)}">{code or "docs"}</a>'
+        elif item.url:
+            code += f" {html.escape(item.url)}"
         cost_words = f'<span class="adds">{html.escape(item.cost_words)}</span>' if item.cost_words else ""
         rows.append(
             f'<tr class="finding"><td class="rank">{item.rank}</td>'
