@@ -314,11 +314,12 @@ class Imported(Event):
 
 @dataclasses.dataclass(kw_only=True)
 class Sync(Event):
-    """One ``torch_xla.sync()`` (also ``xm.mark_step()``, which calls it): the lazily traced graph
-    cut, compiled where new, and launched."""
+    """One ``torch_xla.sync()`` (also ``xm.mark_step()``, which calls it) or one call of a
+    ``torch_xla.compile`` region: the lazily traced graph traced, cut, compiled where new, and launched."""
 
     type: ClassVar[EventType] = EventType.SYNC
     start: float = _field("monotonic start of the call")
+    what: str = _field("``torch_xla.sync`` or ``torch_xla.compile`` (a region, its sync inside it)", "torch_xla.sync")
     compiles: int = _field("XLA compilations inside it", 0)
     compile_seconds: float = _field("their seconds (torch_xla's ``CompileTime``)", 0.0)
     frames: list[Frame] = _field("the calling stack, outermost first", factory=list)

@@ -62,6 +62,6 @@ def spans(events: Sequence[ev.Event], graph_index: dict[int, int]) -> list[Span]
                 add(SpanKind.EXECUTE, event.t, 0.0, f"FX graph {graph}: {rest} more calls (summed, not placed)", graph, rest)
     for event in events:
         if isinstance(event, ev.Sync) and outside([(event.start, event.t)], compiled_code) > 0.5 * (event.t - event.start):
-            add(SpanKind.LAZY, event.start, event.t - event.start, "torch_xla.sync()")
+            add(SpanKind.LAZY, event.start, event.t - event.start, f"{event.what}()")
     out.sort(key=lambda s: (s.start, s.kind))
     return out

@@ -15,9 +15,10 @@ From its events:
 * **execution**: the calls of compiled graphs (``graph_called`` after the extraction, summed
   ``graph_calls``), less the XLA compilations and CPU-fallback work inside them; waiting for
   the device inside a call counts here;
-* **lazy**: ``torch_xla.sync()`` outside Dynamo's compilations, the bridge's extractions and the
-  compiled graphs' calls (``sync`` intervals), less the XLA compilations inside them: the
-  lazily traced work of a step (an optimizer step, a loss outside ``torch.compile``) running;
+* **lazy**: ``torch_xla.sync()`` and ``torch_xla.compile`` regions outside Dynamo's
+  compilations, the bridge's extractions and the compiled graphs' calls (``sync`` intervals),
+  less the XLA compilations inside them: the lazily traced work of a step (a step traced in a
+  ``torch_xla.compile`` region, an optimizer step, a loss outside ``torch.compile``) running;
 * **transfers**: host-device transfers outside the compiled graphs' calls (torch_xla's transfer
   times over the whole observation, less those of the measured calls and, for the calls only
   summed, the last measured call's per call);
@@ -62,6 +63,17 @@ def outside(intervals: Iterable[Interval], holes: Iterable[Interval]) -> float:
     )
 
 
+def outermost(syncs: Sequence[ev.Sync]) -> list[ev.Sync]:
+    """The syncs and compile regions not inside another (a region's own sync is inside it)."""
+    out: list[ev.Sync] = []
+    reach = float("-inf")
+    for sync in sorted(syncs, key=lambda s: (s.start, -s.t)):
+        if sync.t > reach:
+            out.append(sync)
+            reach = sync.t
+    return out
+
+
 def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     """The time split of one process's events (``None`` without a ``process_end``)."""
     end = next((e for e in reversed(events) if isinstance(e, ev.ProcessEnd)), None)
@@ -88,7 +100,7 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     execution = calls - compiled(ev.XlaPhase.CALL) - cpu
     inside_compiled = compiling + extracting + call_spans
     syncs = [e for e in events if isinstance(e, ev.Sync)]
-    own_syncs = [s for s in syncs if outside([(s.start, s.t)], inside_compiled) > 0.5 * (s.t - s.start)]
+    own_syncs = [s for s in outermost(syncs) if outside([(s.start, s.t)], inside_compiled) > 0.5 * (s.t - s.start)]
     lazy = outside([(s.start, s.t) for s in syncs], inside_compiled + imports) - sum(s.compile_seconds for s in own_syncs)
     transfers = _transfers(events, called, summed)
     wall = end.t - end.start
