@@ -95,10 +95,10 @@ def test_one_kernel_or_a_warning(xla_device, compiler, shape, generation, dtype,
 
     _tpu._warn_relayouts.cache_clear()  # once per shape and process: forget other tests' warnings
     x = torch.randn(shape).to(dtype).to(xla_device)
-    with _lowering.override_lowering(_lowering.LoweringTarget.TPU, generation=generation):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            q = mx.to_mxfp8(x, rounding=rounding)
+    tpu_lowering = _lowering.override_lowering(_lowering.LoweringTarget.TPU, generation=generation)
+    with tpu_lowering, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        q = mx.to_mxfp8(x, rounding=rounding)
     result = compiler.compile_tensors([q.data, q.scale], topology=f"tpu:{generation}")
     del q
     said = [w for w in caught if issubclass(w.category, MosaicRelayoutWarning)]
@@ -149,12 +149,12 @@ def test_warns_once_per_shape(xla_device):
 
     _tpu._warn_relayouts.cache_clear()
     x = torch.randn(5, 7, 11, 32).to(xla_device)
-    with _lowering.override_lowering(_lowering.LoweringTarget.TPU, generation="v5e"):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            for _ in range(3):
-                mx.to_mxfp8(x)
-            mx.to_mxfp8(torch.randn(64, 256).to(xla_device))
+    tpu_lowering = _lowering.override_lowering(_lowering.LoweringTarget.TPU, generation="v5e")
+    with tpu_lowering, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            mx.to_mxfp8(x)
+        mx.to_mxfp8(torch.randn(64, 256).to(xla_device))
     said = [w for w in caught if issubclass(w.category, MosaicRelayoutWarning)]
     assert len(said) == 1 and "(5, 7, 11, 32)" in str(said[0].message)
 

@@ -1,10 +1,14 @@
 """The cast on TPUs: one Mosaic (Pallas TPU) kernel that reads the input once and writes data and
 scale once, in their final shapes.
 
-Layout. The input is viewed as ``[L, R, K]`` (leading dimensions collapsed into ``L``, which is
-free: XLA:TPU tiles only the two minor dimensions of an array in HBM, in (8, 128) tiles), and
-the outputs are written as ``[L, R, K]`` and ``[L, R, K/32]``, so XLA adds no copy or relayout
-around the kernel. A grid step takes a tile of ``rows x lanes`` (``Tiles``); inside it the kernel
+Layout. The input is viewed as ``[L, R, K]`` (``K`` blocked, ``R`` the dimension XLA:TPU tiles
+with it, the rest collapsed into ``L``, which is free: XLA:TPU tiles only the two minor dimensions
+of an array in HBM). XLA:TPU's default layout of an array is not always row-major: it keeps tile
+padding least, so a narrow last dimension often goes second-minor (``xlabridge.tpu.layout``). The
+kernel reads and writes each of its arrays (input, data ``[L, R, K]``, scale ``[L, R, K/32]``)
+row-major or rows-minor (``[L, K, R]``), whichever is that array's default layout (``plan``), so
+XLA adds no copy or relayout around the kernel; where neither is, ``Plan.relayouts`` says what
+XLA adds (``xlabridge.mx._tpu`` warns). A grid step takes a tile of ``rows x lanes`` (``Tiles``); inside it the kernel
 walks chunks of 128 rows x 128 lanes. A block of 32 elements runs along the 128 lanes of a vector
 register, where its maximum needs values from other lanes. Lane rotations (``pltpu.roll``) do
 that, but each one occupies a cross-lane unit for about as long as a whole chunk's arithmetic
@@ -15,8 +19,9 @@ then runs along 32 sublanes, four vector registers of the same lanes, and its ma
 elementwise maximum of four registers plus one reduction over eight sublanes. Each lane of the
 transposed chunk is one input row, so the chunk's 128 x 4 scale bytes come out as rows of a
 ``(4, 128)`` array; the bytes of 32 chunks (4096 input lanes) fill a ``(128, 128)`` scratch that
-is transposed once into 128 rows of 128 scale bytes. The data is scaled in the transposed
-layout, transposed back as float32 and converted to float8 there. libtpu's static schedule of the
+is transposed once into 128 rows of 128 scale bytes. A rows-minor input is already in that
+form. The data is scaled in the transposed layout, transposed back as float32 (where the data is
+row-major) and converted to float8 there. libtpu's static schedule of the
 chunk loop: 6-9 bundles per 1024 elements on v5e, v5p and v6e, 29 on v4 (two vector ALUs, and no
 float8 instruction); ``tools/bench/mx_cast_tpu.py`` reads it.
 

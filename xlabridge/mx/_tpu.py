@@ -35,8 +35,8 @@ _TARGET = "tpu_custom_call"
 
 def takes(x: torch.Tensor, block_size: int) -> bool:
     """Whether the cast of XLA tensor ``x`` goes through the Mosaic kernel: its lowering target is
-    TPU, the kernel handles ``block_size`` and ``x``'s dtype (not float16: Mosaic has no float16
-    type), and JAX is installed. Otherwise the XLA computation of ``_xla.py`` runs."""
+    TPU, the kernel handles ``block_size`` and ``x``'s dtype, and JAX is installed. Otherwise the
+    XLA computation of ``_xla.py`` runs."""
     if _lowering.lowering_for(x.device) is not _lowering.LoweringTarget.TPU:
         return False
     if not _optional.is_available("jax"):
