@@ -192,3 +192,18 @@ def test_every_float16_bit_pattern(rounding):
     bits = np.arange(1 << 16, dtype=np.uint16).reshape(512, 128)
     x = torch.from_numpy(bits.view(np.float16))
     _assert_exact(_mosaic.to_mxfp8(_jax_input(x), 32, rounding, interpret=True), x, rounding)
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((1000, 3, 32), torch.bfloat16), ((5, 7, 11, 32), torch.float16), ((200, 32), torch.float32), ((3, 5, 96), torch.bfloat16)],
+)
+def test_planned_views_are_exact(shape, dtype):
+    """The plan's views: dimensions reordered ((1000, 3, 32): R is the first, stored rows-minor;
+    (5, 7, 11, 32): R is the second of four) and put back, bit for bit in interpret mode."""
+    from xlabridge.mx import _mosaic
+
+    p = _mosaic.plan(shape, torch.finfo(dtype).bits // 8)
+    assert p.order != tuple(range(len(shape))) or p.rows_minor != _mosaic.RowsMinor(), p
+    x = make_input(shape, dtype, seed=61)
+    _assert_exact(_mosaic.to_mxfp8(_jax_input(x), 32, "floor", interpret=True), x, "floor")
