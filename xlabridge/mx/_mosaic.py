@@ -165,7 +165,8 @@ class Plan:
     adds around the kernel, one kernel (a copy) each: an array (input, data or scale) whose
     default layout is neither of the kernel's, and for float16 the conversion of its bits to
     bfloat16 (Mosaic takes no 16-bit operand but bfloat16; XLA:TPU does not make that bitcast
-    free). The kernel count is ``1 + len(relayouts)``.
+    free). XLA makes at least ``kernel_count = 1 + len(relayouts)`` kernels of the cast (it may
+    split a relayout in several: a (5, 7, 11, 32) input, one relayout, gives 4 kernels).
     """
 
     shape: tuple[int, ...]
@@ -176,7 +177,7 @@ class Plan:
 
     @property
     def kernel_count(self) -> int:
-        """Kernels XLA:TPU makes of the cast: the kernel and one copy per relayout."""
+        """Kernels XLA:TPU makes of the cast, at least: the kernel and one copy per relayout."""
         return 1 + len(self.relayouts)
 
     def scale_shape(self, block_size: int) -> tuple[int, ...]:
@@ -194,6 +195,9 @@ def plan(shape: tuple[int, ...], itemsize: int, block_size: int = 32, float16: b
     return p
 
 
+_NAMES = {"x": "input", "data": "data", "scale": "scale"}
+
+
 def _relayout(name: str) -> str:
     return f"XLA relayouts the {name} (its default layout is not one the kernel reads or writes)"
 
@@ -205,8 +209,8 @@ def _plan(shape: tuple[int, ...], itemsize: int, block_size: int) -> Plan:
     if n == 1:
         return Plan(shape, (0,), (1, 1, shape[0]), RowsMinor(), _relayouts_1d(shape[0], itemsize, block_size))
     k = n - 1
-    layouts = {
-        "input": default_minor_to_major(shape, itemsize),
+    layouts = {  # RowsMinor's field: XLA:TPU's default layout of that array
+        "x": default_minor_to_major(shape, itemsize),
         "data": default_minor_to_major(shape, 1),
         "scale": default_minor_to_major(shape[:-1] + (shape[-1] // block_size,), 1),
     }
@@ -216,8 +220,9 @@ def _plan(shape: tuple[int, ...], itemsize: int, block_size: int) -> Plan:
         rest = tuple(d for d in range(n) if d not in (r, k))
         row_major, rows_minor = (k, r, *reversed(rest)), (r, k, *reversed(rest))
         minor = {name: layout == rows_minor for name, layout in layouts.items()}
-        minor["x"] = minor.pop("input")
-        relayouts = tuple(_relayout(name) for name, layout in layouts.items() if layout not in (row_major, rows_minor))
+        relayouts = tuple(
+            _relayout(_NAMES[name]) for name, layout in layouts.items() if layout not in (row_major, rows_minor)
+        )
         if best is None or len(relayouts) < len(best.relayouts):
             best = Plan(
                 shape, (*rest, r, k), (math.prod(shape[d] for d in rest), shape[r], shape[k]), RowsMinor(**minor), relayouts
