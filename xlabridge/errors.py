@@ -40,3 +40,8 @@ class CacheWarning(UserWarning):
 
 class AutocastBuildWarning(RuntimeWarning):
     """The C++ autocast kernels could not be built; equivalent Python kernels are used instead."""
+
+
+class MosaicRelayoutWarning(UserWarning):
+    """An MXFP8 cast on TPU is more than one kernel: XLA relayouts an array around the Mosaic
+    kernel (the message names the shape, the TPU generation and the kernel count)."""

@@ -28,7 +28,7 @@ requires_libtpu = pytest.mark.skipif(
 )
 requires_xla = pytest.mark.skipif(not _optional.is_available("torch_xla"), reason="needs torch_xla")
 
-DTYPES = (torch.float32, torch.bfloat16)  # Mosaic has no float16 (see _mosaic.INPUT_DTYPES)
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # float16 as bfloat16 bits (see _mosaic.INPUT_DTYPES)
 MB = 1 << 20
 GENERATIONS = ("v4", "v5e", "v5p", "v6e")
 SIZES_MB = (1, 16, 256, 1024)
@@ -137,8 +137,8 @@ def test_bad_arguments():
 
     with pytest.raises(ValueError, match="block_size must be one of"):
         _mosaic.to_mxfp8(jnp.zeros((4, 96)), 48)
-    with pytest.raises(TypeError, match="bfloat16 or float32"):
-        _mosaic.to_mxfp8(jnp.zeros((4, 32), jnp.float16))
+    with pytest.raises(TypeError, match="bfloat16, float32 or float16"):
+        _mosaic.to_mxfp8(jnp.zeros((4, 32), jnp.int32))
     with pytest.raises(ValueError, match="multiple of block_size"):
         _mosaic.to_mxfp8(jnp.zeros((4, 40)))
 
@@ -261,15 +261,20 @@ def test_other_xla_devices_keep_the_xla_computation(xla_device):
 
 
 @requires_xla
-def test_float16_on_tpu_takes_the_xla_computation(xla_device, tpu_lowering):
+def test_float16_on_tpu_takes_the_kernel_and_says_so(xla_device, tpu_lowering):
+    """float16 reaches the Mosaic kernel as bfloat16 bits (XLA's conversion is a kernel of its
+    own: 2 kernels, not the XLA computation's 10), with a ``MosaicRelayoutWarning`` that says so."""
     from xlabridge import mx
+    from xlabridge.errors import MosaicRelayoutWarning
+    from xlabridge.mx import _tpu
 
+    _tpu._warn_relayouts.cache_clear()
     x = make_input((8, 64), torch.float16, seed=53)
-    q = mx.to_mxfp8(x.to(xla_device))
-    assert "tpu_custom_call" not in _graph_text(q)
-    data_ref, scale_ref = mxfp8_reference(x.double().numpy(), 32, "floor", ftz=True)
-    np.testing.assert_array_equal(q.scale.cpu().numpy(), scale_ref)
-    np.testing.assert_array_equal(q.data.cpu().view(torch.uint8).numpy(), data_ref)
+    with pytest.warns(MosaicRelayoutWarning, match=r"\(8, 64\) and dtype float16 is at least 2 kernels"):
+        q = mx.to_mxfp8(x.to(xla_device))
+    text = _graph_text(q)
+    del q
+    assert text.count('custom_call_target="tpu_custom_call"') == 1, text
 
 
 @requires_xla

@@ -35,3 +35,10 @@ def pallas_double(x):
 def scale_rows(x, *, factor):
     """For a functools.partial with a static keyword argument."""
     return x * jnp.asarray(factor, x.dtype)
+
+
+def negate_bits(x):
+    """An elementwise op of ``x``'s own dtype: its result takes XLA:TPU's default layout."""
+    if x.dtype == jnp.uint8:
+        return x ^ jnp.uint8(1)
+    return -x

@@ -19,9 +19,9 @@ Semantics, bit for bit (tests/mx checks them against a NumPy model of the spec):
 * Scaled values round to nearest even, and finite values beyond 448 saturate to +-448.
 
 Devices: CUDA tensors take one Triton kernel launch (reads the input once, no copies); XLA
-tensors on a TPU (bfloat16 and float32, block sizes 8 to 128) take one Mosaic kernel, put into
-torch_xla's graph as a ``tpu_custom_call`` (``_mosaic.py``, ``_tpu.py``); other XLA tensors, and
-float16 on a TPU, take one XLA computation built with torch_xla's XlaBuilder
+tensors on a TPU (bfloat16, float32 and float16, block sizes 8 to 128) take one Mosaic kernel, put
+into torch_xla's graph as a ``tpu_custom_call`` (``_mosaic.py``, ``_tpu.py``; where XLA:TPU still
+adds a kernel around it, ``MosaicRelayoutWarning`` says so); other XLA tensors take one XLA computation built with torch_xla's XlaBuilder
 (``xlabridge.hlo.kernel_count`` shows what XLA makes of it: two kernels on XLA:CPU, the fewest it
 can make of two outputs, ten on TPU); other tensors use eager torch. For XLA on GPUs through
 JAX, ``xlabridge.mx._pallas.to_mxfp8`` is the same formulation as one Pallas kernel. See

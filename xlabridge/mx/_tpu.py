@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import warnings
 
 import torch
 
@@ -34,8 +35,8 @@ _TARGET = "tpu_custom_call"
 
 def takes(x: torch.Tensor, block_size: int) -> bool:
     """Whether the cast of XLA tensor ``x`` goes through the Mosaic kernel: its lowering target is
-    TPU, the kernel handles ``block_size`` and ``x``'s dtype (not float16: Mosaic has no float16
-    type), and JAX is installed. Otherwise the XLA computation of ``_xla.py`` runs."""
+    TPU, the kernel handles ``block_size`` and ``x``'s dtype, and JAX is installed. Otherwise the
+    XLA computation of ``_xla.py`` runs."""
     if _lowering.lowering_for(x.device) is not _lowering.LoweringTarget.TPU:
         return False
     if not _optional.is_available("jax"):
@@ -55,18 +56,54 @@ def _warn_no_jax() -> None:
 
 
 def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(data, scale)`` of XLA tensor ``x`` from one ``tpu_custom_call`` (lazy, not executed here)."""
+    """``(data, scale)`` of XLA tensor ``x`` from one ``tpu_custom_call`` (lazy, not executed here).
+
+    The kernel reads and writes each array in XLA:TPU's default layout of it (``_mosaic.plan``):
+    the permutes and reshapes around the call only relabel memory, so XLA adds no copy. Where the
+    plan leaves an array to relayout, ``MosaicRelayoutWarning`` says so, once per shape."""
     import torch_xla
 
     from xlabridge.mx import _mosaic
 
-    shape3 = _mosaic.as_3d(tuple(x.shape))
-    scale3 = shape3[:2] + (shape3[2] // block_size,)
-    payload = _payload(shape3, _JAX_DTYPES[x.dtype], block_size, rounding, _vmem_bytes(x.device))
+    p = _mosaic.plan(tuple(x.shape), x.element_size(), block_size, float16=x.dtype == torch.float16)
+    generation = _lowering.lowering_generation(x.device)
+    if p.relayouts:
+        _warn_relayouts(p, x.dtype, generation)
+    dtype = _JAX_DTYPES[x.dtype]
+    if x.dtype == torch.float16:
+        x = _float16_bits(x)
+    stored = x.permute(_mosaic.stored_input_order(p)).reshape(_mosaic.stored_shape(p.shape3, p.rows_minor.x))
+    scale3 = p.shape3[:2] + (p.shape3[2] // block_size,)
+    payload = _payload(p.shape3, dtype, block_size, rounding, _vmem_bytes(x.device), p.rows_minor)
     data, scale = torch_xla._XLAC._xla_tpu_custom_call(
-        [x.reshape(shape3)], payload, [list(shape3), list(scale3)], [torch.float8_e4m3fn, torch.uint8]
+        [stored],
+        payload,
+        [list(_mosaic.stored_shape(p.shape3, p.rows_minor.data)), list(_mosaic.stored_shape(scale3, p.rows_minor.scale))],
+        [torch.float8_e4m3fn, torch.uint8],
     )
-    return data.reshape(x.shape), scale.reshape(x.shape[:-1] + (x.shape[-1] // block_size,))
+    data_shape, data_order, scale_shape, scale_order = _mosaic.output_orders(p, block_size)
+    return data.reshape(data_shape).permute(data_order), scale.reshape(scale_shape).permute(scale_order)
+
+
+def _float16_bits(x: torch.Tensor) -> torch.Tensor:
+    """``x``'s float16 bit patterns as bfloat16 (Mosaic takes no float16 or int16 operands)."""
+    from xlabridge.mx import _xla
+
+    return _xla.bitcast(x, torch.bfloat16)
+
+
+@functools.lru_cache(maxsize=256)
+def _warn_relayouts(p, dtype: torch.dtype, generation: str | None) -> None:
+    from xlabridge.errors import MosaicRelayoutWarning
+
+    warnings.warn(
+        MosaicRelayoutWarning(
+            f"xlabridge.mx.to_mxfp8 on TPU {generation or '(generation unknown)'}: an input of shape "
+            f"{tuple(p.shape)} and dtype {str(dtype).removeprefix('torch.')} is at least {p.kernel_count} kernels, not 1: "
+            f"{'; '.join(p.relayouts)} (see the README, MXFP8 on TPU)"
+        ),
+        stacklevel=4,
+    )
 
 
 def _vmem_bytes(device: torch.device) -> int | None:
@@ -89,7 +126,9 @@ def _lowering_device():
 
 
 @functools.lru_cache(maxsize=128)
-def _payload(shape3: tuple[int, int, int], dtype: str, block_size: int, rounding: str, vmem_bytes: int | None) -> str:
+def _payload(
+    shape3: tuple[int, int, int], dtype: str, block_size: int, rounding: str, vmem_bytes: int | None, rows_minor
+) -> str:
     """The backend config of the Mosaic kernel for a ``[L, R, K]`` input, lowered for TPU."""
     import jax
     from jaxlib.mlir import ir
@@ -98,10 +137,14 @@ def _payload(shape3: tuple[int, int, int], dtype: str, block_size: int, rounding
 
     tiles = _mosaic.choose_tiles(shape3, jax.numpy.dtype(dtype).itemsize, block_size, vmem_bytes)
     sharding = jax.sharding.SingleDeviceSharding(_lowering_device())
-    cast = functools.partial(_mosaic.cast_3d, block_size=block_size, rounding=rounding, tiles=tiles)
+    float16 = dtype == "float16"
+    cast = functools.partial(
+        _mosaic.cast_3d, block_size=block_size, rounding=rounding, tiles=tiles, rows_minor=rows_minor, float16=float16
+    )
+    stored_dtype = "bfloat16" if float16 else dtype
     lowered = (
         jax.jit(cast, in_shardings=sharding, out_shardings=(sharding, sharding))
-        .trace(jax.ShapeDtypeStruct(shape3, dtype))
+        .trace(jax.ShapeDtypeStruct(_mosaic.stored_shape(shape3, rows_minor.x), stored_dtype))
         .lower(lowering_platforms=("tpu",))
     )
     configs = []

@@ -26,6 +26,7 @@ _XLA_TYPES = {
     torch.float32: "f32",
     torch.bfloat16: "bf16",
     torch.float16: "f16",
+    torch.int16: "s16",
     torch.float8_e4m3fn: "f8e4m3fn",
     torch.uint8: "u8",
 }
@@ -152,6 +153,24 @@ def _dequantize_computation(shape: tuple[int, ...], block_size: int, dtype: torc
     first, second = _formulation.split_scale(ops, code)
     values = ops.select(ops.eq(code, C.E8M0_NAN), float("nan"), ops.mul(ops.mul(values, first), second))
     return xb.Op.tuple([values.reshape(shape).cast(_XLA_TYPES[dtype])]).build(name)
+
+
+@functools.lru_cache(maxsize=128)
+def _bitcast_computation(shape: tuple[int, ...], dtype: torch.dtype, to: torch.dtype):
+    xb = _xb()
+    name = "xlabridge_bitcast"
+    builder = xb.create_builder(name)
+    x = xb.mkparam(builder, 0, xb.mkshape(_XLA_TYPES[dtype], shape))
+    return xb.Op.tuple([x.bitcast(_XLA_TYPES[to])]).build(name)
+
+
+def bitcast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """XLA tensor ``x``'s bits as ``dtype`` of the same width, lazily (torch_xla 2.9 has no lazy
+    ``Tensor.view(dtype)``; see the module docstring)."""
+    import torch_xla
+
+    (out,) = torch_xla._XLAC._xla_user_computation("xlabridge::bitcast", [x], _bitcast_computation(tuple(x.shape), x.dtype, dtype))
+    return out
 
 
 def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str, strategy: str = "two_pass"):
