@@ -114,14 +114,20 @@ def add_run_graphs(report: Report, pid: int, events: Sequence[ev.Event], rule: U
             collective_bytes=sum(t.bytes for t in totals),
             pid=pid, process=process,
         ))
+        row = report.run_graphs[-1]
         if where is UNKNOWN:
-            _place_without_frames(report.run_graphs[-1], report, pid, events)
+            _place_without_frames(row, report, pid, events)
         if graph is None:
             continue
+        # a collective with no source line of its own (a backward pass's gradient reduction: its
+        # HLO carries no Python stack) is placed at its graph's line
+        graph_line = ev.Frame(row.filename, row.lineno, row.function) if row.lineno else UNKNOWN
         groups: dict[tuple, list] = {}
         for collective in graph.collectives:
             cause_row = classify(collective, graph)
             line = user_frame(rule, fx, collective.stack, collective.source)
+            if line is UNKNOWN or not line.lineno:
+                line = graph_line
             groups.setdefault((collective.kind.value, cause_row.category, line), []).append((collective, cause_row))
         for (kind, category, line), members in groups.items():
             cause_row = members[0][1]
@@ -141,6 +147,8 @@ def add_run_graphs(report: Report, pid: int, events: Sequence[ev.Event], rule: U
                     "avoidable-collective",
                     f"{process}: graph {seen.hash[:10]} ({collectives.module}) runs {group.count} {kind} "
                     f"({group.bytes} bytes per device) per run for {place(line)}: {cause_row.suggestion}",
+                    count=group.count, category=category, filename=line.filename, lineno=line.lineno,
+                    function=line.function, pid=pid,
                 ))
 
 

@@ -48,7 +48,8 @@ class CollectiveGroup:
     category: str = _field("the matching row of ``xlabridge.pod.COLLECTIVE_CAUSES``", "other")
     avoidable: bool = _field("whether that cause is usually avoidable", False)
     suggestion: str = _field("what to change", "")
-    filename: str = _field("user source line that produced the tensor", UNKNOWN_NAME)
+    filename: str = _field("user source line that produced the tensor (none in its HLO, as for a backward pass's "
+                           "gradient reduction: its graph's line)", UNKNOWN_NAME)
     lineno: int = _field("line", 0)
     function: str = _field("function", UNKNOWN_NAME)
     op_type: str = _field("the op that needed it (HLO metadata)", "")
