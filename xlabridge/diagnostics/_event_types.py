@@ -319,7 +319,8 @@ class Sync(Event):
 
     type: ClassVar[EventType] = EventType.SYNC
     start: float = _field("monotonic start of the call")
-    what: str = _field("``torch_xla.sync`` or ``torch_xla.compile`` (a region, its sync inside it)", "torch_xla.sync")
+    what: str = _field("``torch_xla.sync``, ``torch_xla.compile`` (a region, its sync inside it) or "
+                       "``xm.wait_device_ops`` or ``torch_xla exit`` (waiting for launched work)", "torch_xla.sync")
     compiles: int = _field("XLA compilations inside it", 0)
     compile_seconds: float = _field("their seconds (torch_xla's ``CompileTime``)", 0.0)
     frames: list[Frame] = _field("the calling stack, outermost first", factory=list)

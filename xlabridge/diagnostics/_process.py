@@ -31,12 +31,14 @@ def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool =
         _pod.unavailable(recorder, refused)
 
     def finish() -> None:
+        # the observed time ends here: reading the capture is the diagnostics' own work
+        ended = _recorder.stamp()
         if capture_dir is not None:
             _recorder.safely(_pod.INFO.name, "reading torch_xla's debug file and XLA's dump", _pod.emit,
                              recorder, capture_dir)
         elif refused is None:
             _recorder.safely(_pod.INFO.name, "checking for SPMD", _pod.hint, recorder)
-        _session.stop(recorder)
+        _session.stop(recorder, ended=ended)
         _recorder.safely("diagnostics", "writing the event log", recorder.write)
 
     atexit.register(finish)

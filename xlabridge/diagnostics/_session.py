@@ -36,9 +36,10 @@ def start(recorder: _recorder.Recorder, *, selftest_run: bool = True) -> None:
     registry.emit_statuses(recorder)
 
 
-def stop(recorder: _recorder.Recorder) -> None:
-    """End observing into ``recorder``; its events are then complete."""
-    ended = _recorder.stamp()
+def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
+    """End observing into ``recorder``; its events are then complete. ``ended``: the stamp of the
+    end of the observed time, when the caller did work of its own since (default: now)."""
+    ended = ended or _recorder.stamp()
     try:
         _recorder.safely(xla_helper.INFO.name, "summing calls", xla_helper.flush)
         _recorder.safely(dynamo_compiles.INFO.name, "reading compilation metrics", dynamo_compiles.drain)

@@ -8,7 +8,10 @@ outside ``torch.compile``) is traced, compiled and run there. The probe wraps ``
 package's name and the module global that ``torch_xla.compile`` calls) and ``compile`` (the
 region it returns: a decorated function or a ``with`` block) once torch_xla is imported (the
 import probe's hook, so that a script's own ``from torch_xla import sync`` gets the wrapper
-too), and records each call's interval, the XLA compilations inside it and the calling stack.
+too), and ``xm.wait_device_ops()`` and torch_xla's wait at exit (``_XLAC._prepare_to_exit``):
+a step launched by a sync runs asynchronously, and waiting for the device is the time its
+execution still needed; and records each call's interval, the
+XLA compilations inside it and the calling stack.
 The bridge's own syncs during an extraction are recorded too; the time split counts each
 interval once, in the innermost share.
 """
@@ -28,7 +31,8 @@ from xlabridge.diagnostics._probes import Installation, ProbeInfo, _status, impo
 
 INFO = ProbeInfo(
     name="xla.sync",
-    surface="torch_xla.sync (xm.mark_step calls it), torch_xla.compile; the same names in torch_xla.torch_xla",
+    surface="torch_xla.sync (xm.mark_step calls it), torch_xla.compile; the same names in torch_xla.torch_xla; "
+    "torch_xla.core.xla_model.wait_device_ops, torch_xla._XLAC._prepare_to_exit",
     checked="torch_xla 2.8.1, 2.9.0",
     patch=True,
     why="the step marker and the compile region are Python functions that trace, compile and run the "
@@ -39,6 +43,8 @@ INFO = ProbeInfo(
 
 SYNC = "torch_xla.sync"
 REGION = "torch_xla.compile"
+WAIT = "xm.wait_device_ops"
+EXIT = "torch_xla exit"
 
 
 @contextlib.contextmanager
@@ -68,6 +74,18 @@ def _wrap_sync(original: Any) -> Any:
             return original(*args, **kwargs)
 
     return sync
+
+
+def _waiting(what: str) -> Any:
+    def wrap(original: Any) -> Any:
+        @functools.wraps(original)
+        def waiting(*args: Any, **kwargs: Any) -> Any:
+            with _timed(what):
+                return original(*args, **kwargs)
+
+        return waiting
+
+    return wrap
 
 
 class _Region:
@@ -116,6 +134,11 @@ def install(installation: Installation) -> None:
                 wrapped = wrap(getattr(module, name))
                 installation.replace(module, name, lambda _original, wrapped=wrapped: wrapped)
                 installation.replace(torch_xla, name, lambda _original, wrapped=wrapped: wrapped)
+            # a launched step runs asynchronously: waiting for the device is its execution's time,
+            # and so is torch_xla's wait for the last steps when the process exits (its atexit
+            # handler, registered after observation began, runs before observation ends)
+            installation.replace(torch_xla.core.xla_model, "wait_device_ops", _waiting(WAIT))
+            installation.replace(torch_xla._XLAC, "_prepare_to_exit", _waiting(EXIT))
         except AttributeError as error:  # a torch_xla without these names
             _status.unavailable(INFO, f"{type(error).__name__}: {error}")
 
