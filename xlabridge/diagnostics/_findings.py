@@ -37,10 +37,6 @@ def _seconds(value: float) -> str:
     return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.0f} ms"
 
 
-def _place(row: DynamoBreak | Recompile | HloBreak) -> str:
-    return f"{row.filename}:{row.lineno} ({row.function})"
-
-
 class _Costs:
     """Compile seconds per (process, compile id), from the Dynamo and XLA graph rows."""
 
@@ -90,7 +86,7 @@ def _break_findings(report: Report, costs: _Costs) -> list[Finding]:
         code, url = graph_break_code(rows[0].detail)
         found.append(Finding(
             "dynamo-break",
-            f"Dynamo graph break at {_place(rows[0])}: {reason}. {rows[0].suggestion}",
+            f"Dynamo graph break: {reason}. {rows[0].suggestion}",
             cost_seconds=sum(totals) if parts else None,
             cost=(f"compiling the graph that resumes after it: {_words(*totals)}" if parts
                   else "no graph resumed after it was observed"),
@@ -114,9 +110,8 @@ def _recompile_findings(report: Report, costs: _Costs) -> list[Finding]:
         plural = "recompile" if len(rows) == 1 else "recompiles"
         found.append(Finding(
             "recompiles",
-            f"{len(rows)} {plural} at {_place(rows[0])} ({category}): {failed}. "
-            f"{rows[0].suggestion}".rstrip(),
-            cost_seconds=sum(totals), cost=f"{len(rows)} {plural}: {_words(*totals)}",
+            f"{len(rows)} {plural} ({category}): {failed}. {rows[0].suggestion}".rstrip(),
+            cost_seconds=sum(totals), cost=_words(*totals),
             count=len(rows), category=category, filename=filename, lineno=lineno, function=function, pid=pid,
         ))
     return found
@@ -135,7 +130,7 @@ def _hlo_break_findings(report: Report) -> list[Finding]:
         transfers = max((g.transfers_per_call for g in members), default=0)
         found.append(Finding(
             "hlo-break",
-            f"HLO lowering break at {_place(rows[0])}: {op} ran outside XLA ({rows[0].category}), cutting "
+            f"HLO lowering break: {op} ran outside XLA ({rows[0].category}), cutting "
             f"FX graph {', '.join(str(r.graph) for r in rows)} into several XLA graphs. {rows[0].suggestion}",
             graph=rows[0].graph, cost_seconds=seconds,
             cost=f"{_seconds(seconds)} in CPU nodes over {calls} call(s), with {transfers} host-device transfer(s) "
