@@ -32,7 +32,9 @@ REFUSED = "refused"
 UNKNOWN_TOPOLOGY = "unknown-topology"
 BAD_REQUEST = "bad-request"
 
-_OOM_MARKER = "Ran out of memory in memory space hbm"
+# XLA:TPU's out-of-HBM refusal: libtpu 0.0.23's words, and libtpu 0.0.52's error code
+# ("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, ...").
+_OOM_MARKERS = ("Ran out of memory in memory space hbm", "CompileTimeHbmOom")
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -196,7 +198,7 @@ class _Worker:
         except Exception as error:
             seconds = time.perf_counter() - started
             message = str(error)
-            if _OOM_MARKER in message:
+            if any(marker in message for marker in _OOM_MARKERS):
                 self._discard(graph_path, request)
                 return {
                     **description,

@@ -1,0 +1,13 @@
+"""The TorchTPU suite (make test-torchtpu): needs torch_tpu (requirements/torchtpu.txt), and no TPU.
+
+Everything here runs on a machine without a TPU; what needs one is asserted to fail the way
+docs/torchtpu.md records, or skipped with the reason.
+"""
+
+REASON = "needs torch_tpu: make test-torchtpu (requirements/torchtpu.txt)"
+
+
+def tpu_present() -> bool:
+    from torch_tpu._internal.utils import hardware
+
+    return bool(hardware.get_tpu_device_count())

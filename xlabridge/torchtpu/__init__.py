@@ -1,0 +1,40 @@
+"""TorchTPU (``torch-tpu``, ``torch.compile(backend="tpu")``): its graphs, compiled for TPU here.
+
+TorchTPU lowers each graph by running it on its PrivateUse1 ``tpu`` device in a tracing mode,
+which needs a TPU: without one its backend fails in ``fx_to_mlir`` (docs/torchtpu.md). What it
+compiles is fixed before that, by Dynamo and AOTAutograd, and needs no device. This package
+takes the graphs at that point and compiles them for a TPU topology with libtpu's compile-only
+client, labelled "compiled for TPU, not run"::
+
+    from xlabridge import torchtpu
+
+    capture = torchtpu.GraphCapture()                 # a Dynamo backend; runs graphs on CPU
+    loss = torch.compile(model, backend=capture)(x).sum()
+    loss.backward()
+    for row in torchtpu.compile_graphs(capture.graphs, "v6e:2x2"):
+        print(row.graph.name, row.result.kernel_count, row.result.memory.total_bytes, row.result.fits)
+
+``GraphCapture`` applies TorchTPU's own steps up to its lowering: its pre-AOTAutograd FX pass
+(``fold_gqa``), AOTAutograd with its decompositions, partitioner and settings, and records each
+forward and backward graph with its inputs' shapes, its ops' user lines and where TorchTPU's
+split compiler would cut it (at collectives). ``lower_to_stablehlo`` lowers a graph with
+torchax (ATen ops to JAX) and ``jax.export`` for the TPU platform; ``compile_graphs`` compiles
+the result with ``xlabridge.tpu``. That StableHLO is not TorchTPU's own (its C++ lowering,
+Pallas kernels and fused RNN/attention kernels are not used): docs/torchtpu.md says how they
+differ. Needs torch, jax, libtpu and torchax (``requirements/torchtpu.txt``); torch_tpu is used
+where installed.
+"""
+
+from xlabridge.torchtpu._capture import CollectiveSplit, GraphCapture, TpuGraph, torchtpu_available
+from xlabridge.torchtpu._lower import lower_to_stablehlo
+from xlabridge.torchtpu._view import TorchTpuGraphResult, compile_graphs
+
+__all__ = [
+    "CollectiveSplit",
+    "GraphCapture",
+    "TorchTpuGraphResult",
+    "TpuGraph",
+    "compile_graphs",
+    "lower_to_stablehlo",
+    "torchtpu_available",
+]
