@@ -14,15 +14,14 @@ client, labelled "compiled for TPU, not run"::
     for row in torchtpu.compile_graphs(capture.graphs, "v6e:2x2"):
         print(row.graph.name, row.result.kernel_count, row.result.memory.total_bytes, row.result.fits)
 
-``GraphCapture`` applies TorchTPU's own steps up to its lowering: its pre-AOTAutograd FX pass
-(``fold_gqa``), AOTAutograd with its decompositions, partitioner and settings, and records each
-forward and backward graph with its inputs' shapes, its ops' user lines and where TorchTPU's
-split compiler would cut it (at collectives). ``lower_to_stablehlo`` lowers a graph with
-torchax (ATen ops to JAX) and ``jax.export`` for the TPU platform; ``compile_graphs`` compiles
-the result with ``xlabridge.tpu``. That StableHLO is not TorchTPU's own (its C++ lowering,
-Pallas kernels and fused RNN/attention kernels are not used): docs/torchtpu.md says how they
-differ. Needs torch, jax, libtpu and torchax (``requirements/torchtpu.txt``); torch_tpu is used
-where installed.
+``GraphCapture`` runs TorchTPU's own backend, its FX passes, AOTAutograd and split compiler
+included, and takes each partition where TorchTPU would lower it (``fx_to_mlir``, which needs
+a TPU), with its inputs' shapes, its ops' user lines and its collectives; it runs the partition
+on CPU instead. ``lower_to_stablehlo`` lowers a graph with torchax (ATen ops to JAX) and
+``jax.export`` for the TPU platform; ``compile_graphs`` compiles the result with
+``xlabridge.tpu``. That StableHLO is not TorchTPU's own (its C++ lowering, Pallas kernels and
+fused RNN/attention kernels are not used): docs/torchtpu.md says how they
+differ. Needs torch_tpu, jax, libtpu and torchax (``requirements/torchtpu.txt``).
 """
 
 from xlabridge.torchtpu._capture import CollectiveSplit, GraphCapture, TpuGraph, torchtpu_available

@@ -1,33 +1,49 @@
-"""Capture the graphs TorchTPU's ``backend="tpu"`` would compile, without a TPU.
+"""Capture the graphs TorchTPU's ``backend="tpu"`` hands to its lowering, without a TPU.
 
 TorchTPU's ``TpuBackend`` (torch_tpu 0.2.0, ``_internal/compile/_backend.py``) takes each
-Dynamo graph through: ``fold_gqa`` (a pre-AOTAutograd FX pass), then ``aot_autograd`` with the
-masked_fill decompositions, ``min_cut_rematerialization_partition`` and
-``keep_inference_input_mutations=False``, then, per forward and backward graph, its split
-compiler (cut at collectives) and its lowering. ``GraphCapture`` does the same up to the
-lowering, records each graph, and runs it on CPU so the user's program goes on.
+Dynamo graph through ``fold_gqa``, AOTAutograd (its decompositions, partitioner, settings), and,
+per forward and backward graph, its ``SplitCompiler`` (FX passes, then ``split_module`` at
+collectives) and ``StaticCompiler`` (more FX passes: ``decompose_auto_functionalized``,
+``fold_gqa``, ``detect_causal_mask``, ``mark_embedded_constants``,
+``mark_activation_checkpoints``), whose ``_compile`` lowers each partition (``fx_to_mlir``:
+the graph is run on the ``tpu`` device in a tracing mode) and compiles it with PJRT. All of that
+is Python on FakeTensors, and runs here, except ``_compile``: it needs a TPU.
+
+``GraphCapture`` runs TorchTPU's own backend with ``StaticCompiler._compile`` replaced by a
+recorder (through ``_backend.make_backend_compiler``, the one seam, patched for the duration of
+the backend call): each partition is recorded exactly as ``fx_to_mlir`` would receive it, and
+run on CPU in its place, so the user's program goes on with eager-CPU results.
+
+One of TorchTPU's passes is skipped while capturing: ``mark_embedded_constants`` turns each
+constant the graph holds (``get_attr``: GPT-2's attention bias, an empty cache) into a TorchTPU
+constant tensor on the ``tpu`` device (``tpu_torch_compile.make_constant_tensor``); beside the
+CPU inputs here, the split compiler's FakeTensor propagation then fails with
+FakeTensorDeviceMismatchError (privateuseone:0 and cpu). Skipped, the constants stay CPU tensors
+with the same data, which the lowering embeds as StableHLO constants as TorchTPU's would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
 from xlabridge import _optional
+from xlabridge.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["CollectiveSplit", "GraphCapture", "TpuGraph", "torchtpu_available"]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)')
-_TORCH_DIR = "/torch/"
+_TORCH_DIRS = ("/torch/", "/torch_tpu/")
 
 
 def torchtpu_available() -> bool:
@@ -37,7 +53,7 @@ def torchtpu_available() -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class CollectiveSplit:
-    """Where TorchTPU's split compiler cuts a graph: a collective op, with the user's line."""
+    """A collective TorchTPU's split compiler compiles as a partition of its own, with the user's line."""
 
     op: str
     user_line: str | None
@@ -45,28 +61,30 @@ class CollectiveSplit:
 
 @dataclasses.dataclass
 class TpuGraph:
-    """One graph TorchTPU would lower and compile: a forward or backward graph of a Dynamo graph."""
+    """One program TorchTPU would lower and compile: a partition of a forward or backward graph."""
 
     dynamo_graph: int
     """Index of the Dynamo graph (in capture order) this graph comes from."""
     kind: str
     """``"forward"`` or ``"backward"`` (``"forward"`` for inference graphs too)."""
+    partition: int
+    """Index of the partition among those the split compiler made of the forward/backward graph."""
+    module_name: str | None
+    """The MLIR module name TorchTPU gives it (``graph0_split0_fwd_submod_0``)."""
     graph_module: torch.fx.GraphModule
-    """The ATen-level graph after AOTAutograd, as TorchTPU's compiler receives it."""
+    """The ATen-level graph as TorchTPU's ``fx_to_mlir`` receives it."""
     input_specs: list[tuple[tuple[int, ...], torch.dtype]]
     """Each input's shape and dtype (parameters lifted as inputs, as AOTAutograd passes them)."""
     user_lines: dict[str, str]
     """Op node name -> the user's ``file:line`` it was traced from (where known)."""
     collective_splits: list[CollectiveSplit]
-    """The collectives TorchTPU's split compiler cuts this graph at (partitions = 2*len + 1 at most)."""
+    """Collectives in this partition (the split compiler gives each collective a partition)."""
     capture_seconds: float
-    """Seconds from the Dynamo graph's arrival at the backend to this graph's capture."""
-    torchtpu_passes: bool
-    """Whether torch_tpu's own passes and decompositions were applied (torch_tpu installed)."""
+    """Seconds from the Dynamo graph's arrival at TorchTPU's backend to this partition's capture."""
 
     @property
     def name(self) -> str:
-        return f"graph{self.dynamo_graph}_{self.kind}"
+        return f"graph{self.dynamo_graph}_{self.kind}_{self.partition}"
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -79,107 +97,125 @@ class TpuGraph:
         return counts
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for an event log (the graph itself as its readable code)."""
+        """Plain data for an event log (without the graph itself)."""
         return {
             "dynamo_graph": self.dynamo_graph,
             "kind": self.kind,
+            "partition": self.partition,
             "name": self.name,
+            "module_name": self.module_name,
             "inputs": [[list(shape), str(dtype).removeprefix("torch.")] for shape, dtype in self.input_specs],
             "ops": self.op_counts,
             "user_lines": dict(self.user_lines),
             "collective_splits": [dataclasses.asdict(split) for split in self.collective_splits],
             "capture_seconds": self.capture_seconds,
-            "torchtpu_passes": self.torchtpu_passes,
         }
 
 
 def _user_line(node: torch.fx.Node) -> str | None:
-    """The innermost frame of the node's stack trace outside torch itself, as ``file:line``."""
+    """The innermost frame of the node's stack trace outside torch and torch_tpu, as ``file:line``."""
     trace = node.meta.get("stack_trace") or ""
-    frames = [m for m in _FRAME.finditer(trace) if _TORCH_DIR not in m.group("file")]
+    frames = [m for m in _FRAME.finditer(trace) if not any(d in m.group("file") for d in _TORCH_DIRS)]
     if not frames:
         return None
     last = frames[-1]
     return f"{last.group('file')}:{last.group('line')}"
 
 
-def _torchtpu_pieces() -> tuple[Callable[[torch.fx.GraphModule], Any] | None, dict[Any, Any], Callable[[Any], bool]]:
-    """TorchTPU's pre-grad pass, its decomposition table and its collective test, or torch's equivalents."""
-    from torch._decomp import get_decompositions
-
-    if torchtpu_available():
-        from torch_tpu._internal.compile import _backend
-        from torch_tpu._internal.compile.fx_passes import fold_gqa
-        from torch_tpu._internal.distributed import collective_ops
-
-        return fold_gqa.apply, dict(_backend._TPU_DECOMPOSITIONS), collective_ops.is_collective_op
-    decompositions = get_decompositions([torch.ops.aten.masked_fill.Tensor, torch.ops.aten.masked_fill_.Tensor])
-
-    def is_collective(target: Any) -> bool:
-        return str(getattr(target, "_qualified_op_name", "")).startswith("_c10d_functional::")
-
-    return None, decompositions, is_collective
+def _specs(name: str, inputs: Sequence[Any]) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    specs = []
+    for position, value in enumerate(inputs):
+        if not isinstance(value, torch.Tensor):
+            raise NotImplementedError(
+                f"{name}: input {position} is a {type(value).__name__}, not a tensor: symbolic shapes are not "
+                "captured (TorchTPU compiles with dynamic=False by default)"
+            )
+        specs.append((tuple(int(size) for size in value.shape), value.dtype))
+    return specs
 
 
 class GraphCapture:
-    """A Dynamo backend recording what TorchTPU's ``backend="tpu"`` would compile.
+    """A Dynamo backend: TorchTPU's ``backend="tpu"``, recording what it would lower, running on CPU.
 
-    Use it as ``torch.compile(model, backend=GraphCapture())`` (``dynamic=False``, as TorchTPU
-    makes it the default for its backend). Graphs run on CPU with the captured ATen graphs, so
-    results are those of eager CPU execution. ``graphs`` lists the captured graphs in order.
+    Use it as ``torch.compile(model, backend=GraphCapture(), dynamic=False)`` (TorchTPU's default
+    for its backend). ``graphs`` lists the captured partitions in capture order (a backward
+    graph is captured when AOTAutograd compiles it, at the first ``backward()``). Needs torch_tpu.
     """
 
     def __init__(self) -> None:
+        if not torchtpu_available():
+            raise MissingDependencyError(
+                "xlabridge.torchtpu.GraphCapture needs torch_tpu: pip install -r requirements/torchtpu.txt"
+            )
+        from torch_tpu._internal.compile import _backend
+
         self.graphs: list[TpuGraph] = []
         self._dynamo_graphs = itertools.count()
-        self._pre_grad, self._decompositions, self._is_collective = _torchtpu_pieces()
+        self._backend = _backend.TpuBackend()
 
     def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        from functorch.compile import make_boxed_func
-        from torch._dynamo.backends.common import aot_autograd
-        from torch._functorch.partitioners import min_cut_rematerialization_partition
+        from torch_tpu._internal.compile import compiler
 
+        if compiler.has_dynamic_symints(example_inputs):
+            raise NotImplementedError(
+                "GraphCapture: dynamic shapes are not captured; compile with dynamic=False (TorchTPU's default)"
+            )
         index = next(self._dynamo_graphs)
-        started = time.perf_counter()
-        if self._pre_grad is not None:
-            self._pre_grad(graph_module)
+        options = dict(kwargs.pop("options", None) or {})
+        options.setdefault("name", f"graph{index}")
+        with self._recording(index, time.perf_counter()):
+            return self._backend(graph_module, example_inputs, options=options, **kwargs)
 
-        def capture(kind: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], Any]:
-            def compiler(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Any:
-                self.graphs.append(self._record(index, kind, gm, inputs, started))
-                return make_boxed_func(gm)
+    @contextlib.contextmanager
+    def _recording(self, index: int, started: float) -> Iterator[None]:
+        from torch_tpu._internal.compile import _backend, compiler, split_compiler
+        from torch_tpu._internal.compile.fx_passes import mark_embedded_constants
+        from torch_tpu._internal.distributed import collective_ops
 
-            return compiler
+        capture = self
+        partitions = {True: itertools.count(), False: itertools.count()}
 
-        return aot_autograd(
-            fw_compiler=capture("forward"),
-            bw_compiler=capture("backward"),
-            partition_fn=min_cut_rematerialization_partition,
-            decompositions=self._decompositions,
-            keep_inference_input_mutations=False,
-        )(graph_module, example_inputs)
+        class _Recorder(compiler.StaticCompiler):
+            # StaticCompiler._compile's signature in torch_tpu 0.2.0 (its __call__ passes all positionally)
+            def _compile(self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                         is_fwd: bool = True, bounds: Any = None, argument_layouts: Any = None,
+                         dynamic_outputs: Any = None, donated_inputs: Any = None,
+                         module_name: str | None = None) -> Any:
+                kind = "forward" if is_fwd else "backward"
+                name = f"graph{index} {kind}"
+                lines, splits = {}, []
+                for node in graph_module.graph.nodes:
+                    if node.op != "call_function":
+                        continue
+                    line = _user_line(node)
+                    if line is not None:
+                        lines[node.name] = line
+                    target = getattr(node.target, "overloadpacket", node.target)
+                    if collective_ops.is_collective_op(target):
+                        splits.append(CollectiveSplit(str(target), line))
+                capture.graphs.append(TpuGraph(
+                    index, kind, next(partitions[is_fwd]), module_name, graph_module,
+                    _specs(name, example_inputs), lines, splits, time.perf_counter() - started,
+                ))
 
-    def _record(
-        self, index: int, kind: str, gm: torch.fx.GraphModule, inputs: Sequence[Any], started: float
-    ) -> TpuGraph:
-        specs = []
-        for position, value in enumerate(inputs):
-            if not isinstance(value, torch.Tensor):
-                raise NotImplementedError(
-                    f"graph {index} ({kind}) input {position} is a {type(value).__name__}, not a tensor: "
-                    "symbolic shapes are not captured (TorchTPU compiles with dynamic=False by default)"
-                )
-            specs.append((tuple(int(size) for size in value.shape), value.dtype))
-        lines, splits = {}, []
-        for node in gm.graph.nodes:
-            if node.op != "call_function":
-                continue
-            line = _user_line(node)
-            if line is not None:
-                lines[node.name] = line
-            target = getattr(node.target, "overloadpacket", node.target)
-            if self._is_collective(target) and "wait_tensor" not in str(target):
-                splits.append(CollectiveSplit(str(target), line))
-        graph = TpuGraph(index, kind, gm, specs, lines, splits, time.perf_counter() - started, self._pre_grad is not None)
-        logger.debug("captured %s: %d nodes, %d collective splits", graph.name, len(gm.graph.nodes), len(splits))
-        return graph
+                def run_on_cpu(*inputs: Any) -> Any:
+                    if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+                        inputs = tuple(inputs[0])
+                    return graph_module(*inputs)
+
+                return run_on_cpu
+
+        def make_backend_compiler(example_inputs: Sequence[Any], async_compile: bool = False,
+                                  debug: Any = None, **kwargs: Any) -> Any:
+            return split_compiler.SplitCompiler(_Recorder(debug=debug))
+
+        def keep_constants(gm_or_graph: Any) -> None:
+            """``mark_embedded_constants`` skipped (module docstring)."""
+
+        original = _backend.make_backend_compiler, mark_embedded_constants.apply
+        _backend.make_backend_compiler = make_backend_compiler
+        mark_embedded_constants.apply = keep_constants
+        try:
+            yield
+        finally:
+            _backend.make_backend_compiler, mark_embedded_constants.apply = original
