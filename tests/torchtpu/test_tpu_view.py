@@ -55,10 +55,27 @@ def test_capture_forward_and_backward_as_torchtpu_compiles_them(mlp_graphs):
     assert sum(forward.op_counts.values()) > 0
 
 
-def test_lowering_matches_torch_eager(mlp_graphs):
+def _layer_norm_attention_graphs():
+    """LayerNorm (its backward lowered through torch's decomposition) and attention (math form)."""
+    torch.manual_seed(0)
+    norm, proj = torch.nn.LayerNorm(32), torch.nn.Linear(32, 96)
+
+    def block(x):
+        q, k, v = proj(norm(x)).view(2, 8, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    capture = torchtpu.GraphCapture()
+    torch.compile(block, backend=capture)(torch.randn(2, 8, 32)).sum().backward()
+    return capture.graphs
+
+
+@pytest.mark.parametrize("build", [_mlp_graphs, _layer_norm_attention_graphs], ids=["mlp", "layernorm-attention"])
+def test_lowering_matches_torch_eager(build):
     """The torchax lowering, run on CPU by JAX, computes what the ATen graph computes in torch."""
     rng = np.random.default_rng(0)
-    for graph in mlp_graphs:
+    graphs = build()
+    assert [g.kind for g in graphs] == ["forward", "backward"]
+    for graph in graphs:
         inputs = [rng.standard_normal(shape).astype(np.float32) for shape, _ in graph.input_specs]
         expected = [t for t in graph.graph_module(*[torch.from_numpy(a) for a in inputs]) if t is not None]
         got = export_graph(graph, ("cpu",)).call(*inputs)
@@ -99,21 +116,30 @@ def test_graph_too_large_does_not_fit(compiler):
 
 
 @pytest.mark.slow
-def test_gpt2_forward_equals_independent_libtpu_compile(compiler, tmp_path):
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_transformers_equal_independent_libtpu_compile(compiler, tmp_path, name, training):
+    """Every graph of an inference or training step (forward and backward graphs) compiles for
+    v6e, with the kernels and HBM of an independent compile; its ops carry transformers' lines."""
     from tests import models
 
-    model, make_inputs = models.gpt2()
-    model.eval()
-    inputs = models.without_labels(model, make_inputs(torch.device("cpu")))
+    model, make_inputs = getattr(models, name)()
+    inputs = make_inputs(torch.device("cpu"))
     capture = torchtpu.GraphCapture()
-    with torch.no_grad():
-        torch.compile(model, backend=capture)(**inputs)
-    assert capture.graphs and all(g.kind == "forward" for g in capture.graphs)
+    if training:
+        models.loss_of(torch.compile(model, backend=capture)(**inputs)).backward()
+    else:
+        model.eval()
+        with torch.no_grad():
+            torch.compile(model, backend=capture)(**models.without_labels(model, inputs))
+    kinds = {g.kind for g in capture.graphs}
+    assert kinds == ({"forward", "backward"} if training else {"forward"})
     rows = torchtpu.compile_graphs(capture.graphs, "v6e:2x2", compiler=compiler)
     assert [r.error for r in rows] == [None] * len(rows)
     reference = _reference.run([{"topology": "v6e:2x2", "text": r.stablehlo} for r in rows], tmp_path)
     for row, ref in zip(rows, reference):
-        assert row.result.kernel_count == len(_hlo_proto.kernels(ref["proto"]))
+        assert row.result.kernel_count == len(_hlo_proto.kernels(ref["proto"])) > 0
         assert dataclasses.asdict(row.result.memory) | {"capacity_bytes": 0} == ref["memory"] | {"capacity_bytes": 0}
-    # transformers' GPT-2 lines, not torch's, are the user lines of its ops
-    assert any("transformers" in line for g in capture.graphs for line in g.user_lines.values())
+        assert row.result.fits
+    lines = [line for g in capture.graphs for line in g.user_lines.values()]
+    assert any(f"transformers/models/{name}/modeling_{name}.py" in line for line in lines)

@@ -13,7 +13,10 @@ from tests.torchtpu.conftest import REASON, tpu_present
 pytest.importorskip("torch_tpu", reason=REASON)
 
 needs_no_tpu = pytest.mark.skipif(tpu_present(), reason="a TPU is present: these check the failures without one")
-_QUIET = {"TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": "v6e-4", "TPU_WORKER_HOSTNAMES": "localhost"}
+# libtpu without a TPU VM's metadata server (else it retries for minutes), and without its process
+# lock (/tmp/libtpu_lockfile, held by any TPU compile worker alive on the machine)
+_QUIET = {"TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": "v6e-4", "TPU_WORKER_HOSTNAMES": "localhost",
+          "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 
 
 def test_autoload_registers_backend_and_amp_policy():
@@ -63,4 +66,7 @@ def test_eager_tpu_tensor_aborts_the_process():
     done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **_QUIET),
                           capture_output=True, text=True, timeout=300)
     assert "made tpu:0" in done.stdout and "used" not in done.stdout
-    assert done.returncode != 0 and "Failed to get global TPU topology" in done.stderr
+    fatal = [line for line in done.stderr.splitlines() if "Check failed" in line]
+    assert done.returncode != 0 and fatal, done.stderr[-2000:]
+    assert "Failed to create default compilation context" in fatal[0], fatal[0]
+    assert "Failed to get global TPU topology" in fatal[0], fatal[0]

@@ -160,10 +160,15 @@ class GraphCapture:
             raise NotImplementedError(
                 "GraphCapture: dynamic shapes are not captured; compile with dynamic=False (TorchTPU's default)"
             )
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
         index = next(self._dynamo_graphs)
         options = dict(kwargs.pop("options", None) or {})
         options.setdefault("name", f"graph{index}")
-        with self._recording(index, time.perf_counter()):
+        # Attention's math form: on CPU, AOTAutograd would trace scaled_dot_product_attention to
+        # the CPU flash kernel (_scaled_dot_product_flash_attention_for_cpu and its backward),
+        # a CPU-only op that no TPU lowering knows; on a TPU, TorchTPU picks its own kernel.
+        with self._recording(index, time.perf_counter()), sdpa_kernel([SDPBackend.MATH]):
             return self._backend(graph_module, example_inputs, options=options, **kwargs)
 
     @contextlib.contextmanager

@@ -93,6 +93,18 @@ def _import_torchax() -> Any:
     return env
 
 
+@functools.cache
+def _decompositions() -> dict[Any, Any]:
+    """ATen ops lowered through torch's own decomposition instead of torchax's lowering.
+
+    torchax 0.0.13's ``native_layer_norm_backward`` takes 5-6 positional arguments where
+    torch 2.15's op passes 8 (TypeError on GPT-2's backward graph).
+    """
+    from torch._decomp import get_decompositions
+
+    return get_decompositions([torch.ops.aten.native_layer_norm_backward.default])
+
+
 def _on_one_device(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of ``gm`` without ``device=`` arguments (``_to_copy``, factory ops).
 
@@ -125,11 +137,18 @@ def export_graph(graph: TpuGraph, platforms: tuple[str, ...]) -> Any:
 
     gm = _on_one_device(graph.graph_module)
 
+    decompositions = _decompositions()
+
     class _Interpreter(torch.fx.Interpreter):
         # constants the graph holds (get_attr: e.g. an empty KV cache) become JAX values too
         def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
             value = super().get_attr(target, args, kwargs)
             return env.to_xla(value) if isinstance(value, torch.Tensor) else value
+
+        def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+            if target in decompositions:
+                return decompositions[target](*args, **kwargs)
+            return super().call_function(target, args, kwargs)
 
     def run(*args: Any) -> Any:
         with env:
