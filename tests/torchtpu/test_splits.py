@@ -43,3 +43,19 @@ def test_split_at_all_reduce_with_user_line(fake_world):
     # the partitions around it compile; the lone collective has no mesh to lower onto here
     assert rows[0].result.kernel_count > 0 and rows[2].result.kernel_count > 0
     assert rows[1].result is None and "lowering failed" in rows[1].error
+
+
+def test_backend_tpu_captured_in_unchanged_program():
+    """A program written for TorchTPU (backend="tpu") runs here inside capture_tpu_backend, with the
+    results of eager CPU; outside it, "tpu" is TorchTPU's backend again."""
+    from torch._dynamo.backends import registry
+    from torch_tpu._internal.compile._backend import TpuBackend
+
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
+    x = torch.randn(4, 16)
+    with torchtpu.capture_tpu_backend() as capture:
+        out = torch.compile(model, backend="tpu")(x)
+    torch.testing.assert_close(out, model(x))
+    assert [g.name for g in capture.graphs] == ["graph0_forward_0"]
+    assert isinstance(registry.lookup_backend("tpu"), TpuBackend)

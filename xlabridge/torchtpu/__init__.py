@@ -14,7 +14,8 @@ client, labelled "compiled for TPU, not run"::
     for row in torchtpu.compile_graphs(capture.graphs, "v6e:2x2"):
         print(row.graph.name, row.result.kernel_count, row.result.memory.total_bytes, row.result.fits)
 
-``GraphCapture`` runs TorchTPU's own backend, its FX passes, AOTAutograd and split compiler
+A program written for TorchTPU (``backend="tpu"``) runs unchanged, its tensors on CPU, inside
+``with torchtpu.capture_tpu_backend() as capture:``. ``GraphCapture`` runs TorchTPU's own backend, its FX passes, AOTAutograd and split compiler
 included, and takes each partition where TorchTPU would lower it (``fx_to_mlir``, which needs
 a TPU), with its inputs' shapes, its ops' user lines and its collectives; it runs the partition
 on CPU instead. ``lower_to_stablehlo`` lowers a graph with torchax (ATen ops to JAX) and
@@ -24,7 +25,13 @@ fused RNN/attention kernels are not used): docs/torchtpu.md says how they
 differ. Needs torch_tpu, jax, libtpu and torchax (``requirements/torchtpu.txt``).
 """
 
-from xlabridge.torchtpu._capture import CollectiveSplit, GraphCapture, TpuGraph, torchtpu_available
+from xlabridge.torchtpu._capture import (
+    CollectiveSplit,
+    GraphCapture,
+    TpuGraph,
+    capture_tpu_backend,
+    torchtpu_available,
+)
 from xlabridge.torchtpu._lower import lower_to_stablehlo
 from xlabridge.torchtpu._view import TorchTpuGraphResult, compile_graphs
 
@@ -33,6 +40,7 @@ __all__ = [
     "GraphCapture",
     "TorchTpuGraphResult",
     "TpuGraph",
+    "capture_tpu_backend",
     "compile_graphs",
     "lower_to_stablehlo",
     "torchtpu_available",

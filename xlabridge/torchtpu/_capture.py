@@ -40,7 +40,7 @@ from xlabridge.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CollectiveSplit", "GraphCapture", "TpuGraph", "torchtpu_available"]
+__all__ = ["CollectiveSplit", "GraphCapture", "TpuGraph", "capture_tpu_backend", "torchtpu_available"]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)')
 _TORCH_DIRS = ("/torch/", "/torch_tpu/")
@@ -224,3 +224,24 @@ class GraphCapture:
             yield
         finally:
             _backend.make_backend_compiler, mark_embedded_constants.apply = original
+
+
+@contextlib.contextmanager
+def capture_tpu_backend(capture: GraphCapture | None = None) -> Iterator[GraphCapture]:
+    """Within it, ``torch.compile(..., backend="tpu")`` is ``capture`` (a new ``GraphCapture`` by default).
+
+    For programs written for TorchTPU, unchanged, on a machine without a TPU (their tensors on
+    CPU): Dynamo's registry entry for ``"tpu"`` points at the capture for the duration, then back
+    at TorchTPU's ``TpuBackend``. Graphs compiled before entering keep the backend they got.
+    """
+    from torch._dynamo.backends import registry
+
+    capture = GraphCapture() if capture is None else capture
+    if not isinstance(capture, GraphCapture):
+        raise TypeError(f"capture must be a GraphCapture, got {type(capture).__name__}")
+    original = registry.lookup_backend("tpu")  # loads TorchTPU's backend if not yet registered
+    registry._COMPILER_FNS["tpu"] = capture
+    try:
+        yield capture
+    finally:
+        registry._COMPILER_FNS["tpu"] = original
