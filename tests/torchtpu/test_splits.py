@@ -58,4 +58,5 @@ def test_backend_tpu_captured_in_unchanged_program():
         out = torch.compile(model, backend="tpu")(x)
     torch.testing.assert_close(out, model(x))
     assert [g.name for g in capture.graphs] == ["graph0_forward_0"]
+    assert capture.graphs[0].compile_id == "0/0"  # Dynamo's: first frame, first compilation
     assert isinstance(registry.lookup_backend("tpu"), TpuBackend)

@@ -65,6 +65,8 @@ class TpuGraph:
 
     dynamo_graph: int
     """Index of the Dynamo graph (in capture order) this graph comes from."""
+    compile_id: str
+    """Dynamo's compile id of that graph (``frame/recompile``; its backward graphs share it), or ``""``."""
     kind: str
     """``"forward"`` or ``"backward"`` (``"forward"`` for inference graphs too)."""
     partition: int
@@ -100,6 +102,7 @@ class TpuGraph:
         """Plain data for an event log (without the graph itself)."""
         return {
             "dynamo_graph": self.dynamo_graph,
+            "compile_id": self.compile_id,
             "kind": self.kind,
             "partition": self.partition,
             "name": self.name,
@@ -168,11 +171,13 @@ class GraphCapture:
         # Attention's math form: on CPU, AOTAutograd would trace scaled_dot_product_attention to
         # the CPU flash kernel (_scaled_dot_product_flash_attention_for_cpu and its backward),
         # a CPU-only op that no TPU lowering knows; on a TPU, TorchTPU picks its own kernel.
-        with self._recording(index, time.perf_counter()), sdpa_kernel([SDPBackend.MATH]):
+        compile_id = torch._guards.CompileContext.current_compile_id()
+        with self._recording(index, "" if compile_id is None else str(compile_id), time.perf_counter()), \
+                sdpa_kernel([SDPBackend.MATH]):
             return self._backend(graph_module, example_inputs, options=options, **kwargs)
 
     @contextlib.contextmanager
-    def _recording(self, index: int, started: float) -> Iterator[None]:
+    def _recording(self, index: int, compile_id: str, started: float) -> Iterator[None]:
         from torch_tpu._internal.compile import _backend, compiler, split_compiler
         from torch_tpu._internal.compile.fx_passes import mark_embedded_constants
         from torch_tpu._internal.distributed import collective_ops
@@ -199,7 +204,7 @@ class GraphCapture:
                     if collective_ops.is_collective_op(target):
                         splits.append(CollectiveSplit(str(target), line))
                 capture.graphs.append(TpuGraph(
-                    index, kind, next(partitions[is_fwd]), module_name, graph_module,
+                    index, compile_id, kind, next(partitions[is_fwd]), module_name, graph_module,
                     _specs(name, example_inputs), lines, splits, time.perf_counter() - started,
                 ))
 
