@@ -23,7 +23,7 @@ def run(jobs: list[dict[str, Any]], workdir: Path) -> list[dict[str, Any]]:
     env = dict(os.environ, ALLOW_MULTIPLE_LIBTPU_LOAD="1", JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
                TPU_ACCELERATOR_TYPE="v5litepod-4", TPU_WORKER_HOSTNAMES="localhost")
     done = subprocess.run([sys.executable, __file__, str(jobs_path), str(out_path)], env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"reference compile failed:\n{done.stderr[-4000:]}")
     return pickle.loads(out_path.read_bytes())

@@ -7,9 +7,12 @@ from tests.torchtpu.conftest import REASON
 
 pytest.importorskip("torch_tpu", reason=REASON)
 
-from xlabridge.autocast import audit  # noqa: E402
-from xlabridge.autocast._audit import TORCHTPU_DIFFERS_FROM_CUDA, TORCHTPU_MISSING_VS_CUDA  # noqa: E402
-from xlabridge.autocast._ops import Policy  # noqa: E402
+from xlabridge.autocast import audit
+from xlabridge.autocast._audit import (
+    TORCHTPU_DIFFERS_FROM_CUDA,
+    TORCHTPU_MISSING_VS_CUDA,
+)
+from xlabridge.autocast._ops import Policy
 
 KEY = "AutocastPrivateUse1"
 

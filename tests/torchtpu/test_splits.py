@@ -10,7 +10,7 @@ pytest.importorskip("torch_tpu", reason=REASON)
 if not _optional.is_available("torchax"):
     pytest.skip(REASON, allow_module_level=True)
 
-from xlabridge import torchtpu  # noqa: E402
+from xlabridge import torchtpu
 
 
 @pytest.fixture

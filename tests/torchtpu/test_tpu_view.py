@@ -15,10 +15,10 @@ pytest.importorskip("torch_tpu", reason=REASON)
 if not _optional.is_available("torchax"):  # not imported here: xlabridge.torchtpu imports it its own way
     pytest.skip(REASON, allow_module_level=True)
 
-from tests.torchtpu import _reference  # noqa: E402
-from tests.tpu import _hlo_proto  # noqa: E402
-from xlabridge import torchtpu  # noqa: E402
-from xlabridge.torchtpu._lower import export_graph  # noqa: E402
+from tests.torchtpu import _reference
+from tests.tpu import _hlo_proto
+from xlabridge import torchtpu
+from xlabridge.torchtpu._lower import export_graph
 
 TARGETS = {"v5e:2x2": "v5e:2x2", "v6e:2x2": "v6e:2x2", "v7:2x2x1": "tpu7x:2x2x1"}
 
