@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from xlabridge import _optional
+from xlabridge import _env, _optional
 from xlabridge.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
@@ -115,6 +115,22 @@ class TpuGraph:
         }
 
 
+def skip_tpu_metadata_query() -> bool:
+    """Where torch_tpu finds no TPU, tell libtpu not to query the GCE metadata server (``_env``).
+
+    Returns whether it was set here. Off a TPU VM, libtpu's PJRT client, which TorchTPU starts
+    at the first ``backward()`` of the process (the autograd engine asks its device guard for a
+    device count), retries that server for minutes before giving up.
+    """
+    from torch_tpu._internal.utils import hardware
+
+    if _env.get(_env.TPU_SKIP_MDS_QUERY) is not None or hardware.get_tpu_device_count():
+        return False
+    _env.put(_env.TPU_SKIP_MDS_QUERY, "1")
+    logger.debug("no TPU here: %s=1 (libtpu skips the GCE metadata server)", _env.TPU_SKIP_MDS_QUERY)
+    return True
+
+
 def _user_line(node: torch.fx.Node) -> str | None:
     """The innermost frame of the node's stack trace outside torch and torch_tpu, as ``file:line``."""
     trace = node.meta.get("stack_trace") or ""
@@ -152,6 +168,7 @@ class GraphCapture:
             )
         from torch_tpu._internal.compile import _backend
 
+        skip_tpu_metadata_query()
         self.graphs: list[TpuGraph] = []
         self._dynamo_graphs = itertools.count()
         self._backend = _backend.TpuBackend()
