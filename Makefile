@@ -1,17 +1,19 @@
 # Two commands do everything on a fresh machine with python3 and the package registry:
 #   make demo   a diagnostics report on the bundled example model, with its TPU view
 #   make test   the whole test suite on the pinned environment, then the compatibility suites
-#               on torch_xla 2.8 and on the newest torch without torch_xla
+#               on torch_xla 2.8 and on the newest torch without torch_xla, and the TorchTPU suite
 # Each creates (or reuses) the virtual environments it needs.
 
 PYTHON ?= python3
 VENV ?= .venv
 VENV_XLA28 ?= .venv-xla28
 VENV_TORCH_NEWEST ?= .venv-torch-newest
+VENV_TORCHTPU ?= .venv-torchtpu
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.xlabridge-installed
 STAMP_XLA28 := $(VENV_XLA28)/.xlabridge-installed
 STAMP_TORCH_NEWEST := $(VENV_TORCH_NEWEST)/.xlabridge-installed
+STAMP_TORCHTPU := $(VENV_TORCHTPU)/.xlabridge-installed
 export PJRT_DEVICE ?= CPU
 
 # The compatibility suites, chosen by path: the diagnostics, the backend (placement, forward-only
@@ -20,10 +22,16 @@ export PJRT_DEVICE ?= CPU
 COMPAT_TESTS ?= tests/diagnostics tests/test_backend.py tests/test_compile_path.py tests/autocast
 COMPAT_PYTEST_ARGS ?= -m "not slow"
 
-.PHONY: venv venvs demo test test-pinned test-xla28 test-torch-newest clean
+# The TorchTPU suite (torch 2.15 + torch-tpu + libtpu, no TPU here): what of TorchTPU runs
+# without a chip, and the TPU view of the graphs Dynamo hands to backend="tpu". Its real-model
+# tests (slow) run too: the whole suite takes well under a minute.
+TORCHTPU_TESTS ?= tests/torchtpu
+TORCHTPU_PYTEST_ARGS ?=
+
+.PHONY: venv venvs demo test test-pinned test-xla28 test-torch-newest test-torchtpu clean
 
 venv: $(STAMP)
-venvs: $(STAMP) $(STAMP_XLA28) $(STAMP_TORCH_NEWEST)
+venvs: $(STAMP) $(STAMP_XLA28) $(STAMP_TORCH_NEWEST) $(STAMP_TORCHTPU)
 
 # $(call install-venv,DIR,REQUIREMENTS,PIP ENVIRONMENT): the pinned packages, then xlabridge editable.
 define install-venv
@@ -44,6 +52,10 @@ $(STAMP_XLA28): requirements/xla28.txt pyproject.toml
 $(STAMP_TORCH_NEWEST): requirements/torch-newest.txt pyproject.toml
 	$(call install-venv,$(VENV_TORCH_NEWEST),requirements/torch-newest.txt,PIP_CONSTRAINT=/dev/null)
 
+# The same replacement of the machine-wide constraint: torch-tpu 0.2.0 needs torch 2.11-2.15.
+$(STAMP_TORCHTPU): requirements/torchtpu.txt pyproject.toml
+	$(call install-venv,$(VENV_TORCHTPU),requirements/torchtpu.txt,PIP_CONSTRAINT=/dev/null)
+
 # The report, with the TPU view: every XLA graph of the run compiled for a v5e:2x2 slice by libtpu
 # on this machine after the run (nothing runs on a TPU).
 DEMO_TPU ?= v5e:2x2
@@ -51,7 +63,7 @@ DEMO_TPU ?= v5e:2x2
 demo: $(STAMP)
 	$(PY) -m xlabridge.cli report --tpu $(DEMO_TPU) --json xlabridge-demo.json --html xlabridge-demo.html -- $(PY) -m xlabridge.examples.demo
 
-test: test-pinned test-xla28 test-torch-newest
+test: test-pinned test-xla28 test-torch-newest test-torchtpu
 
 test-pinned: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -62,5 +74,8 @@ test-xla28: $(STAMP_XLA28)
 test-torch-newest: $(STAMP_TORCH_NEWEST)
 	$(VENV_TORCH_NEWEST)/bin/python -m pytest $(COMPAT_TESTS) $(COMPAT_PYTEST_ARGS) $(PYTEST_ARGS)
 
+test-torchtpu: $(STAMP_TORCHTPU)
+	$(VENV_TORCHTPU)/bin/python -m pytest $(TORCHTPU_TESTS) $(TORCHTPU_PYTEST_ARGS) $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) $(VENV_XLA28) $(VENV_TORCH_NEWEST) build *.egg-info
+	rm -rf $(VENV) $(VENV_XLA28) $(VENV_TORCH_NEWEST) $(VENV_TORCHTPU) build *.egg-info

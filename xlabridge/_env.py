@@ -42,6 +42,11 @@ TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"
 """A TPU VM's host list; set (if unset) for the TPU compile worker to quiet libtpu's start-up."""
 ALLOW_MULTIPLE_LIBTPU_LOAD = "ALLOW_MULTIPLE_LIBTPU_LOAD"
 """Set for the TPU compile worker: libtpu then skips its process lock (``/tmp/libtpu_lockfile``)."""
+TPU_SKIP_MDS_QUERY = "TPU_SKIP_MDS_QUERY"
+"""``1``: libtpu does not ask the GCE metadata server for the TPU's topology. Set (if unset) by
+``xlabridge.torchtpu`` where there is no TPU: with torch_tpu installed, the autograd engine's first
+``backward()`` asks TorchTPU's device guard for its device count, which starts libtpu's PJRT client,
+which retries the metadata server for minutes off a TPU VM."""
 JAX_PLATFORMS = "JAX_PLATFORMS"
 """Set to ``cpu`` for the TPU compile worker: its JAX needs no backend of its own."""
 PYTHONPATH = "PYTHONPATH"

@@ -28,6 +28,15 @@ from xlabridge.autocast._ops import Policy
 
 # The device each Autocast key casts tensors of, as torch's is_autocast_eligible defines it.
 KEY_DEVICES = {"AutocastCUDA": "cuda", "AutocastCPU": "cpu", "AutocastXLA": "xla"}
+# PrivateUse1's device is named by its backend: "privateuseone", or "tpu" once TorchTPU renames it.
+PRIVATEUSE1_KEY = "AutocastPrivateUse1"
+
+
+def key_device(key: str) -> str:
+    """The device type whose tensors the Autocast ``key`` casts."""
+    if key == PRIVATEUSE1_KEY:
+        return torch._C._get_privateuse1_backend_name()
+    return KEY_DEVICES[key]
 
 _CASTS = ("aten::to.dtype", "aten::_to_copy", "aten::to.dtype_layout", "aten::to.device")
 _BANNED_MARK = "unsafe to autocast"
@@ -122,7 +131,7 @@ def _call_kernel(op: torch._ops.OpOverload, key: str, dtypes: tuple[torch.dtype,
     The first placeholder tensor gets ``dtypes[0]``, the next ``dtypes[1]`` and so on, the
     last dtype repeating.
     """
-    device = KEY_DEVICES[key]
+    device = key_device(key)
     made = [0]
 
     def make() -> _Placeholder:
@@ -184,8 +193,8 @@ def has_kernel(op: str, key: str) -> bool:
 
 def probe(op: str, key: str) -> Finding:
     """The policy the dispatcher applies to ``op`` under ``key``, observed by running its kernel."""
-    if key not in KEY_DEVICES:
-        raise ValueError(f"probe: 'key' must be one of {sorted(KEY_DEVICES)}, got {key!r}")
+    if key not in KEY_DEVICES and key != PRIVATEUSE1_KEY:
+        raise ValueError(f"probe: 'key' must be one of {sorted([*KEY_DEVICES, PRIVATEUSE1_KEY])}, got {key!r}")
     return _probe_cached(op, key)
 
 
@@ -201,7 +210,7 @@ def _probe_cached(op: str, key: str) -> Finding:
     if torch._C._dispatch_kernel_for_dispatch_key_is_fallthrough(op, key):
         return Finding(Policy.NONE, "fallthrough kernel")
     overload = _op_overload(op)
-    device = KEY_DEVICES[key]
+    device = key_device(key)
     low = torch.get_autocast_dtype(device)
     full = _call_kernel(overload, key, (torch.float32,))
     lowered = _call_kernel(overload, key, (low,))

@@ -32,7 +32,9 @@ REFUSED = "refused"
 UNKNOWN_TOPOLOGY = "unknown-topology"
 BAD_REQUEST = "bad-request"
 
-_OOM_MARKER = "Ran out of memory in memory space hbm"
+# XLA:TPU's out-of-HBM refusal: libtpu 0.0.23's words, and libtpu 0.0.52's error code
+# ("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, ...").
+_OOM_MARKERS = ("Ran out of memory in memory space hbm", "CompileTimeHbmOom")
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -192,11 +194,11 @@ class _Worker:
             build.allow_spmd_sharding_propagation_to_output = [True]
         started = time.perf_counter()
         try:
-            executable = devices[0].client.compile(module, xc.DeviceList(tuple(devices[:count])), options)
+            executable = _compile_module(devices[0].client, module, xc.DeviceList(tuple(devices[:count])), options)
         except Exception as error:
             seconds = time.perf_counter() - started
             message = str(error)
-            if _OOM_MARKER in message:
+            if any(marker in message for marker in _OOM_MARKERS):
                 self._discard(graph_path, request)
                 return {
                     **description,
@@ -232,6 +234,23 @@ class _Worker:
     def _discard(graph_path: str, request: dict[str, Any]) -> None:
         if not request.get("keep_graph"):
             os.remove(graph_path)
+
+
+def _compile_module(client: Any, module: bytes, devices: Any, options: Any) -> Any:
+    """``client.compile`` of a StableHLO module given as bytes (text or bytecode).
+
+    jaxlib up to 0.7 takes the bytes; jaxlib 0.10 (the TorchTPU environment's, with libtpu
+    0.0.52) takes only a parsed MLIR module and refuses bytes with a TypeError
+    ("incompatible function arguments"), so the module is parsed in JAX's MLIR context then.
+    """
+    try:
+        return client.compile(module, devices, options)
+    except TypeError:
+        from jax._src.interpreters import mlir
+        from jax._src.lib.mlir import ir
+
+        with mlir.make_ir_context():
+            return client.compile(ir.Module.parse(module), devices, options)
 
 
 def _load_function(reference: bytes | str) -> Any:

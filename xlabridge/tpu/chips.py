@@ -1,7 +1,7 @@
 """Facts about each TPU generation xlabridge compiles for: the one table of them.
 
 HBM capacity and bandwidth per chip are Google Cloud's published figures (the TPU v4, v5e,
-v5p and v6e pages of cloud.google.com/tpu/docs). VMEM is per TensorCore, from JAX's Pallas
+v5p, v6e and Ironwood (v7) pages of cloud.google.com/tpu/docs). VMEM is per TensorCore, from JAX's Pallas
 table of TPU hardware (``jax/_src/pallas/mosaic/tpu_info.py`` in jax releases after 0.7.1).
 ``device_kind`` is what libtpu calls the generation; ``default_topology`` is the smallest
 topology libtpu's compile-only client accepts for it (a single chip, ``v5e:1x1``, is refused:
@@ -43,6 +43,9 @@ CHIPS: dict[str, ChipFacts] = {
         ChipFacts("v5e", "TPU v5 lite", 16 * GiB, 819e9, 128 * MiB, 1, "v5e:2x2"),
         ChipFacts("v5p", "TPU v5", 95 * GiB, 2765e9, 64 * MiB, 2, "v5p:2x2x1"),
         ChipFacts("v6e", "TPU v6 lite", 32 * GiB, 1640e9, 128 * MiB, 1, "v6e:2x2"),
+        # Ironwood: libtpu names it TPU7x (topologies "tpu7x:2x2x1"; libtpu >= 0.0.50, the
+        # TorchTPU environment's, builds them; 0.0.23 does not), one device per TensorCore.
+        ChipFacts("v7", "TPU7x", 192 * GiB, 7370e9, 64 * MiB, 2, "v7:2x2x1"),
     )
 }
 

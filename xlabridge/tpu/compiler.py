@@ -223,7 +223,7 @@ class TpuCompiler:
         topo = self.topology if topology is None else resolve_target(topology)
         self._describe(topo)
         graph_path = self._graph_path(name, key, extension)
-        request = {**request, "topology": topo.name, "graph_path": str(graph_path), "keep_graph": self._keep_graphs}
+        request = {**request, "topology": topo.libtpu_name, "graph_path": str(graph_path), "keep_graph": self._keep_graphs}
         reply = self._request(request, what=f"compiling graph {name!r} for {topo}", graph_path=graph_path)
         status = reply["status"]
         if status == _worker.BAD_REQUEST:
@@ -261,7 +261,7 @@ class TpuCompiler:
         """Check once per session that libtpu builds ``topo``, for an error that lists names."""
         if topo.name in self._described:
             return
-        reply = self._request({"op": "topology", "topology": topo.name}, what=f"building topology {topo}")
+        reply = self._request({"op": "topology", "topology": topo.libtpu_name}, what=f"building topology {topo}")
         if reply["status"] != _worker.OK:
             raise UnknownTopologyError(
                 f"libtpu {self._versions.get('libtpu', '?')} cannot build TPU topology {topo.name!r}: "

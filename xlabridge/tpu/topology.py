@@ -26,6 +26,9 @@ KNOWN_TOPOLOGIES: tuple[str, ...] = (
 )
 """Names libtpu 0.0.23's compile-only client builds (checked on the development machine)."""
 
+# Generations whose libtpu name differs from the short name used here.
+_LIBTPU_GENERATIONS = {"v7": "tpu7x"}
+
 _NAME = re.compile(r"^(?P<generation>v\d+[a-z]?):(?P<shape>\d+(?:x\d+){1,2})$")
 
 
@@ -47,6 +50,12 @@ class Topology:
         for size in self.name.split(":")[1].split("x"):
             count *= int(size)
         return count
+
+    @property
+    def libtpu_name(self) -> str:
+        """The name libtpu's compile-only client knows it by (``v7:2x2x1`` is ``tpu7x:2x2x1``)."""
+        generation, _, shape = self.name.partition(":")
+        return f"{_LIBTPU_GENERATIONS.get(generation, generation)}:{shape}"
 
     def __str__(self) -> str:
         return self.name
