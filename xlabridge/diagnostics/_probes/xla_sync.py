@@ -67,16 +67,9 @@ def _emit(what: str, start: float, compiles_before: int) -> None:
     ))
 
 
-def _wrap_sync(original: Any) -> Any:
-    @functools.wraps(original)
-    def sync(*args: Any, **kwargs: Any) -> Any:
-        with _timed(SYNC):
-            return original(*args, **kwargs)
-
-    return sync
-
-
 def _waiting(what: str) -> Any:
+    """A wrapper maker: the wrapped call timed as one ``sync`` event of kind ``what``."""
+
     def wrap(original: Any) -> Any:
         @functools.wraps(original)
         def waiting(*args: Any, **kwargs: Any) -> Any:
@@ -130,7 +123,7 @@ def install(installation: Installation) -> None:
     def patch(torch_xla: ModuleType) -> None:
         try:
             module = torch_xla.torch_xla  # where sync and compile are defined, and compile calls sync
-            for name, wrap in (("sync", _wrap_sync), ("compile", _wrap_compile)):
+            for name, wrap in (("sync", _waiting(SYNC)), ("compile", _wrap_compile)):
                 wrapped = wrap(getattr(module, name))
                 installation.replace(module, name, lambda _original, wrapped=wrapped: wrapped)
                 installation.replace(torch_xla, name, lambda _original, wrapped=wrapped: wrapped)
