@@ -1,0 +1,73 @@
+"""The Triton kernel of ``_triton_cols.py`` (imported only when a CUDA tensor, or Triton's CPU
+interpreter, needs it: this module imports Triton)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _codes(amax_bits, RCEIL: tl.constexpr, RECIPROCAL: tl.constexpr):
+    if RCEIL:
+        descale = amax_bits.to(tl.float32, bitcast=True) * RECIPROCAL
+        bits = descale.to(tl.int32, bitcast=True)
+        exponent = bits >> 23
+        mantissa = bits & 0x007FFFFF
+        round_up = tl.where(exponent == 0, mantissa > 0x00400000, mantissa != 0)
+        code = exponent + round_up.to(tl.int32)
+    else:
+        code = tl.maximum((amax_bits >> 23) - 8, 0)
+    return tl.where(amax_bits >= 0x7F800000, 255, code)
+
+@triton.jit
+def _scale(x32, code):
+    reciprocal = ((254 - code) << 23).to(tl.float32, bitcast=True)
+    scaled = x32 * reciprocal
+    scaled = tl.minimum(tl.maximum(scaled, -448.0), 448.0)
+    scaled = tl.where(code == 255, float("nan"), scaled)
+    return scaled.to(tl.float8e4nv)
+
+@triton.jit
+def mxfp8_cast_cols_kernel(
+    x_ptr, col_data_ptr, col_scale_ptr, row_data_ptr, row_scale_ptr,
+    R, B, stride_a, stride_r, stride_b,
+    BLOCK: tl.constexpr, RCEIL: tl.constexpr, RECIPROCAL: tl.constexpr, BOTH: tl.constexpr, WIDE_INDEX: tl.constexpr,
+    TILE_R: tl.constexpr, TILE_B: tl.constexpr,
+):
+    pid_r = tl.program_id(0)
+    pid_b = tl.program_id(1)
+    a = tl.program_id(2)
+    if WIDE_INDEX:
+        a = a.to(tl.int64)
+        pid_r = pid_r.to(tl.int64)
+        pid_b = pid_b.to(tl.int64)
+    r = pid_r * TILE_R + tl.arange(0, TILE_R)
+    b = pid_b * TILE_B + tl.arange(0, TILE_B)
+    mask = (r < R)[:, None] & (b < B)[None, :]
+    x = tl.load(x_ptr + a * stride_a + r[:, None] * stride_r + b[None, :] * stride_b, mask=mask, other=0.0,
+                eviction_policy="evict_first")
+    x32 = x.to(tl.float32)
+    abs_bits = x32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    # column blocks: BLOCK consecutive rows of one column
+    col_amax = tl.max(tl.reshape(abs_bits, (TILE_R // BLOCK, BLOCK, TILE_B)), axis=1)
+    col_code = _codes(col_amax, RCEIL, RECIPROCAL)
+    col_data = _scale(tl.reshape(x32, (TILE_R // BLOCK, BLOCK, TILE_B)), col_code[:, None, :])
+    col_data = tl.trans(tl.reshape(col_data, (TILE_R, TILE_B)))  # [TILE_B, TILE_R]
+    base = a * B * R
+    tl.store(col_data_ptr + base + b[:, None] * R + r[None, :], col_data, mask=tl.trans(mask))
+    n_col_blocks = R // BLOCK
+    rb = pid_r * (TILE_R // BLOCK) + tl.arange(0, TILE_R // BLOCK)
+    col_mask = (rb < n_col_blocks)[None, :] & (b < B)[:, None]
+    tl.store(col_scale_ptr + a * B * n_col_blocks + b[:, None] * n_col_blocks + rb[None, :],
+             tl.trans(col_code).to(tl.uint8), mask=col_mask)
+    if BOTH:
+        row_amax = tl.max(tl.reshape(abs_bits, (TILE_R, TILE_B // BLOCK, BLOCK)), axis=2)
+        row_code = _codes(row_amax, RCEIL, RECIPROCAL)
+        row_data = _scale(tl.reshape(x32, (TILE_R, TILE_B // BLOCK, BLOCK)), row_code[:, :, None])
+        tl.store(row_data_ptr + base + r[:, None] * B + b[None, :], tl.reshape(row_data, (TILE_R, TILE_B)), mask=mask)
+        n_row_blocks = B // BLOCK
+        bb = pid_b * (TILE_B // BLOCK) + tl.arange(0, TILE_B // BLOCK)
+        row_mask = (r < R)[:, None] & (bb < n_row_blocks)[None, :]
+        tl.store(row_scale_ptr + a * R * n_row_blocks + r[:, None] * n_row_blocks + bb[None, :],
+                 row_code.to(tl.uint8), mask=row_mask)
