@@ -33,8 +33,10 @@ ways (larger block sizes take ``_triton.py``'s kernel on a transposed copy)."""
 
 
 CONFIG = (64, 128, 4)
-"""The (TILE_R, TILE_B, num_warps) the kernels run with (``tools/bench/mx_cast.py`` times every
-entry of ``CONFIGS`` on the H100)."""
+"""The (TILE_R, TILE_B, num_warps) the column-wise kernel runs with (``tools/bench/mx_cast.py``
+times every entry of ``CONFIGS`` on the H100)."""
+CONFIG_BOTH = (64, 128, 4)
+"""The same for the both-layouts kernel."""
 
 
 @functools.cache
@@ -64,7 +66,7 @@ def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool, config
         kernel = _kernels()
         wide = max(x3.numel(), A * x3.stride(0) if A else 0) >= 2**31 - 1
 
-        tile_r, tile_b, warps = config or CONFIG
+        tile_r, tile_b, warps = config or (CONFIG_BOTH if both else CONFIG)
         grid = (-(-R // tile_r), -(-B // tile_b), A)
 
         with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():  # CPU: Triton's interpreter

@@ -25,8 +25,7 @@ def _scale(x32, code):
     reciprocal = ((254 - code) << 23).to(tl.float32, bitcast=True)
     scaled = x32 * reciprocal
     scaled = tl.minimum(tl.maximum(scaled, -448.0), 448.0)
-    scaled = tl.where(code == 255, float("nan"), scaled)
-    return scaled.to(tl.float8e4nv)
+    return tl.where(code == 255, float("nan"), scaled)
 
 @triton.jit
 def mxfp8_cast_cols_kernel(
@@ -53,9 +52,10 @@ def mxfp8_cast_cols_kernel(
     col_amax = tl.max(tl.reshape(abs_bits, (TILE_R // BLOCK, BLOCK, TILE_B)), axis=1)
     col_code = _codes(col_amax, RCEIL, RECIPROCAL)
     col_data = _scale(tl.reshape(x32, (TILE_R // BLOCK, BLOCK, TILE_B)), col_code[:, None, :])
-    col_data = tl.trans(tl.reshape(col_data, (TILE_R, TILE_B)))  # [TILE_B, TILE_R]
+    col_data = tl.trans(tl.reshape(col_data, (TILE_R, TILE_B)))  # [TILE_B, TILE_R], float32
     base = a * B * R
-    tl.store(col_data_ptr + base + b[:, None] * R + r[None, :], col_data, mask=tl.trans(mask))
+    tl.store(col_data_ptr + base + b[:, None] * R + r[None, :], col_data.to(tl.float8e4nv),
+             mask=(b < B)[:, None] & (r < R)[None, :])
     n_col_blocks = R // BLOCK
     rb = pid_r * (TILE_R // BLOCK) + tl.arange(0, TILE_R // BLOCK)
     col_mask = (rb < n_col_blocks)[None, :] & (b < B)[:, None]
@@ -65,7 +65,7 @@ def mxfp8_cast_cols_kernel(
         row_amax = tl.max(tl.reshape(abs_bits, (TILE_R, TILE_B // BLOCK, BLOCK)), axis=2)
         row_code = _codes(row_amax, RCEIL, RECIPROCAL)
         row_data = _scale(tl.reshape(x32, (TILE_R, TILE_B // BLOCK, BLOCK)), row_code[:, :, None])
-        tl.store(row_data_ptr + base + r[:, None] * B + b[None, :], tl.reshape(row_data, (TILE_R, TILE_B)), mask=mask)
+        tl.store(row_data_ptr + base + r[:, None] * B + b[None, :], tl.reshape(row_data, (TILE_R, TILE_B)).to(tl.float8e4nv), mask=mask)
         n_row_blocks = B // BLOCK
         bb = pid_b * (TILE_B // BLOCK) + tl.arange(0, TILE_B // BLOCK)
         row_mask = (r < R)[:, None] & (bb < n_row_blocks)[None, :]
