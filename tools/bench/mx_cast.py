@@ -195,7 +195,8 @@ def torch_side(args) -> dict:
 def cols_side(gpu_time, kernels_of) -> dict:
     """The column-wise cast (``to_mxfp8(x, dim=0)``, torchao's dim1 layout) and both layouts
     (``to_mxfp8_both``) against a copy, two separate casts, and torchao 0.17 under torch.compile
-    (``to_mx`` of ``x.t()``, and of ``x`` and ``x.t()`` in one compiled function), plus torchao's
+    (``to_mx`` of ``x.t().contiguous()``, which to_mx needs, and of ``x`` and it in one compiled
+    function: inductor fuses the transposed read into its kernels), plus torchao's
     own Triton dim1 kernel where it runs. bf16 ``[M, 8192]`` inputs, 1 MB to 1 GB."""
     import torch
 
@@ -227,12 +228,12 @@ def cols_side(gpu_time, kernels_of) -> dict:
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
 
         def torchao_dim1(x):
-            scale, data = to_mx(x.t(), torch.float8_e4m3fn, 32, ScaleCalculationMode.FLOOR)
+            scale, data = to_mx(x.t().contiguous(), torch.float8_e4m3fn, 32, ScaleCalculationMode.FLOOR)
             return data, scale
 
         def torchao_both(x):
             s0, d0 = to_mx(x, torch.float8_e4m3fn, 32, ScaleCalculationMode.FLOOR)
-            s1, d1 = to_mx(x.t(), torch.float8_e4m3fn, 32, ScaleCalculationMode.FLOOR)
+            s1, d1 = to_mx(x.t().contiguous(), torch.float8_e4m3fn, 32, ScaleCalculationMode.FLOOR)
             return d0, s0, d1, s1
 
         theirs["torchao_dim1_compiled"] = torch.compile(torchao_dim1, dynamic=False, fullgraph=True)
@@ -270,11 +271,18 @@ def cols_side(gpu_time, kernels_of) -> dict:
         except Exception as error:  # noqa: BLE001 - recorded
             out["kernels"][name] = repr(error)[:300]
     # torchao's bytes against ours (FLOOR): the dim1 layouts must agree on finite normal inputs
-    if "torchao_dim1_compiled" in theirs:
-        d, s = dim1(x)
-        td, ts = theirs["torchao_dim1_compiled"](x)
-        out["torchao_dim1_agrees_on_randn"] = bool(torch.equal(d.view(torch.uint8), td.view(torch.uint8))
-                                                   and torch.equal(s, ts.view(torch.uint8)))
+    for name in ("torchao_dim1_compiled", "torchao_triton_dim1"):
+        if name not in theirs:
+            continue
+        try:
+            d, s = dim1(x)
+            td, ts = theirs[name](x)
+            if td.shape != d.shape:  # torchao's Triton kernel returns the column-major view of x's shape
+                td = td.t()
+            out[f"{name}_agrees_on_randn"] = bool(torch.equal(d.view(torch.uint8), td.contiguous().view(torch.uint8))
+                                                  and torch.equal(s.flatten(), ts.contiguous().view(torch.uint8).flatten()))
+        except Exception as error:  # noqa: BLE001 - recorded
+            out[f"{name}_agrees_on_randn"] = repr(error)[:300]
     del x
 
     rows = []

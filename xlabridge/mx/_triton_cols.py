@@ -27,7 +27,7 @@ from xlabridge.mx._dispatch import moved_shape
 
 _FEATURE = "xlabridge.mx CUDA kernel"
 
-CONFIGS = ((64, 64, 4), (64, 128, 4), (128, 64, 4), (128, 128, 8), (256, 64, 8), (128, 32, 4))
+CONFIGS = ((64, 64, 4), (64, 128, 4), (128, 64, 4), (128, 128, 4), (128, 128, 8), (256, 64, 8), (128, 32, 4), (256, 32, 4))
 """(TILE_R, TILE_B, num_warps) candidates; each tile holds whole blocks of up to 32 elements both
 ways (larger block sizes take ``_triton.py``'s kernel on a transposed copy)."""
 

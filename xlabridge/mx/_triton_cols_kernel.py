@@ -46,22 +46,26 @@ def mxfp8_cast_cols_kernel(
     mask = (r < R)[:, None] & (b < B)[None, :]
     x = tl.load(x_ptr + a * stride_a + r[:, None] * stride_r + b[None, :] * stride_b, mask=mask, other=0.0,
                 eviction_policy="evict_first")
-    x32 = x.to(tl.float32)
-    abs_bits = x32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-    # column blocks: BLOCK consecutive rows of one column
-    col_amax = tl.max(tl.reshape(abs_bits, (TILE_R // BLOCK, BLOCK, TILE_B)), axis=1)
-    col_code = _codes(col_amax, RCEIL, RECIPROCAL)
-    col_data = _scale(tl.reshape(x32, (TILE_R // BLOCK, BLOCK, TILE_B)), col_code[:, None, :])
-    col_data = tl.trans(tl.reshape(col_data, (TILE_R, TILE_B)))  # [TILE_B, TILE_R], float32
+    # column blocks (BLOCK consecutive rows of one column) along the last axis of the transposed
+    # tile: the transpose moves the input once through shared memory, and the reduction and the
+    # stores then go as in the row-wise kernel (contiguous along R in the [A, B, R] output)
+    xt = tl.trans(x)  # [TILE_B, TILE_R]
+    xt32 = xt.to(tl.float32)
+    col_bits = xt32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    col_amax = tl.max(tl.reshape(col_bits, (TILE_B, TILE_R // BLOCK, BLOCK)), axis=2)
+    col_code = _codes(col_amax, RCEIL, RECIPROCAL)  # [TILE_B, TILE_R // BLOCK]
+    col_data = _scale(tl.reshape(xt32, (TILE_B, TILE_R // BLOCK, BLOCK)), col_code[:, :, None])
     base = a * B * R
-    tl.store(col_data_ptr + base + b[:, None] * R + r[None, :], col_data.to(tl.float8e4nv),
+    tl.store(col_data_ptr + base + b[:, None] * R + r[None, :], tl.reshape(col_data, (TILE_B, TILE_R)).to(tl.float8e4nv),
              mask=(b < B)[:, None] & (r < R)[None, :])
     n_col_blocks = R // BLOCK
     rb = pid_r * (TILE_R // BLOCK) + tl.arange(0, TILE_R // BLOCK)
     col_mask = (rb < n_col_blocks)[None, :] & (b < B)[:, None]
     tl.store(col_scale_ptr + a * B * n_col_blocks + b[:, None] * n_col_blocks + rb[None, :],
-             tl.trans(col_code).to(tl.uint8), mask=col_mask)
+             col_code.to(tl.uint8), mask=col_mask)
     if BOTH:
+        x32 = x.to(tl.float32)
+        abs_bits = x32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
         row_amax = tl.max(tl.reshape(abs_bits, (TILE_R, TILE_B // BLOCK, BLOCK)), axis=2)
         row_code = _codes(row_amax, RCEIL, RECIPROCAL)
         row_data = _scale(tl.reshape(x32, (TILE_R, TILE_B // BLOCK, BLOCK)), row_code[:, :, None])
