@@ -27,15 +27,18 @@ from xlabridge.mx._dispatch import moved_shape
 
 _FEATURE = "xlabridge.mx CUDA kernel"
 
-CONFIGS = ((64, 64, 4), (64, 128, 4), (128, 64, 4), (128, 128, 4), (128, 128, 8), (256, 64, 8), (128, 32, 4), (256, 32, 4))
-"""(TILE_R, TILE_B, num_warps) candidates; each tile holds whole blocks of up to 32 elements both
+CONFIGS = tuple(
+    (r, b, w, first) for first in (False, True)
+    for r, b, w in ((64, 64, 4), (64, 128, 4), (64, 128, 8), (128, 64, 4), (128, 128, 4), (64, 256, 4), (64, 256, 8), (32, 128, 4), (32, 256, 4))
+)
+"""(TILE_R, TILE_B, num_warps, B_FIRST) candidates (B_FIRST: the grid's fastest axis walks ``B``); each tile holds whole blocks of up to 32 elements both
 ways (larger block sizes take ``_triton.py``'s kernel on a transposed copy)."""
 
 
-CONFIG = (64, 128, 4)
+CONFIG = (64, 128, 4, False)
 """The (TILE_R, TILE_B, num_warps) the column-wise kernel runs with (``tools/bench/mx_cast.py``
 times every entry of ``CONFIGS`` on the H100)."""
-CONFIG_BOTH = (64, 128, 4)
+CONFIG_BOTH = (64, 128, 4, False)
 """The same for the both-layouts kernel."""
 
 
@@ -49,10 +52,10 @@ def _kernels():
 
 def supports(block_size: int) -> bool:
     """Block sizes the kernels take: powers of two from 2 to 32 (a tile holds whole blocks)."""
-    return 2 <= block_size <= min(min(r, b) for r, b, _ in CONFIGS) and block_size & (block_size - 1) == 0
+    return 2 <= block_size <= 32 and block_size & (block_size - 1) == 0
 
 
-def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool, config: tuple[int, int, int] | None = None):
+def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool, config: tuple[int, int, int, bool] | None = None):
     A, R, B = x3.shape
     dev = x3.device
     col_data = torch.empty((A, B, R), dtype=torch.float8_e4m3fn, device=dev)
@@ -66,14 +69,15 @@ def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool, config
         kernel = _kernels()
         wide = max(x3.numel(), A * x3.stride(0) if A else 0) >= 2**31 - 1
 
-        tile_r, tile_b, warps = config or (CONFIG_BOTH if both else CONFIG)
-        grid = (-(-R // tile_r), -(-B // tile_b), A)
+        tile_r, tile_b, warps, b_first = config or (CONFIG_BOTH if both else CONFIG)
+        tiles_r, tiles_b = -(-R // tile_r), -(-B // tile_b)
+        grid = (tiles_b, tiles_r, A) if b_first else (tiles_r, tiles_b, A)
 
         with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():  # CPU: Triton's interpreter
             kernel[grid](
                 x3, col_data, col_scale, row_data, row_scale, R, B, x3.stride(0), x3.stride(1), x3.stride(2),
                 BLOCK=block_size, RCEIL=rounding == "rceil", RECIPROCAL=C.RCEIL_RECIPROCAL, BOTH=both, WIDE_INDEX=wide,
-                TILE_R=tile_r, TILE_B=tile_b, num_warps=warps,
+                TILE_R=tile_r, TILE_B=tile_b, B_FIRST=b_first, num_warps=warps,
             )
     return col_data, col_scale, row_data, row_scale
 

@@ -32,10 +32,14 @@ def mxfp8_cast_cols_kernel(
     x_ptr, col_data_ptr, col_scale_ptr, row_data_ptr, row_scale_ptr,
     R, B, stride_a, stride_r, stride_b,
     BLOCK: tl.constexpr, RCEIL: tl.constexpr, RECIPROCAL: tl.constexpr, BOTH: tl.constexpr, WIDE_INDEX: tl.constexpr,
-    TILE_R: tl.constexpr, TILE_B: tl.constexpr,
+    TILE_R: tl.constexpr, TILE_B: tl.constexpr, B_FIRST: tl.constexpr,
 ):
-    pid_r = tl.program_id(0)
-    pid_b = tl.program_id(1)
+    if B_FIRST:  # consecutive programs read side by side along B (whole input rows between them)
+        pid_b = tl.program_id(0)
+        pid_r = tl.program_id(1)
+    else:  # consecutive programs write side by side along R in the [A, B, R] output
+        pid_r = tl.program_id(0)
+        pid_b = tl.program_id(1)
     a = tl.program_id(2)
     if WIDE_INDEX:
         a = a.to(tl.int64)
