@@ -29,7 +29,8 @@ _FEATURE = "xlabridge.mx CUDA kernel"
 
 CONFIGS = tuple(
     (r, b, w, first) for first in (False, True)
-    for r, b, w in ((64, 64, 4), (64, 128, 4), (64, 128, 8), (128, 64, 4), (128, 128, 4), (64, 256, 4), (64, 256, 8), (32, 128, 4), (32, 256, 4))
+    for r, b, w in ((64, 128, 4), (32, 256, 4), (128, 32, 4), (256, 32, 4), (512, 32, 4), (512, 32, 8), (1024, 16, 4),
+                    (1024, 32, 8), (256, 64, 4), (512, 64, 8))
 )
 """(TILE_R, TILE_B, num_warps, B_FIRST) candidates (B_FIRST: the grid's fastest axis walks ``B``); each tile holds whole blocks of up to 32 elements both
 ways (larger block sizes take ``_triton.py``'s kernel on a transposed copy)."""
@@ -70,6 +71,9 @@ def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool, config
         wide = max(x3.numel(), A * x3.stride(0) if A else 0) >= 2**31 - 1
 
         tile_r, tile_b, warps, b_first = config or (CONFIG_BOTH if both else CONFIG)
+        tile_r = max(tile_r, block_size)  # whole column blocks per tile
+        if both:
+            tile_b = max(tile_b, block_size)  # and whole row blocks
         tiles_r, tiles_b = -(-R // tile_r), -(-B // tile_b)
         grid = (tiles_b, tiles_r, A) if b_first else (tiles_r, tiles_b, A)
 
