@@ -47,8 +47,10 @@ def _(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, to
 def mxfp8_dequantize(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
     """``data * 2**(scale - 127)`` per block, in ``dtype``; NaN where the scale byte is 0xFF."""
     if data.device.type == "xla":
-        from xlabridge.mx import _xla
+        from xlabridge.mx import _tpu_cols, _xla
 
+        if _tpu_cols.dequantize_takes(data, block_size, dtype):
+            return _tpu_cols.from_mxfp8(data, scale, block_size, dtype)
         return _xla.from_mxfp8(data, scale, block_size, dtype)
     return _torch_ops.from_mxfp8(data, scale, block_size, dtype)
 

@@ -104,9 +104,9 @@ def _payload(kind: str, shape3: tuple[int, int, int], dtype: str, block_size: in
     from jaxlib.mlir import ir
 
     if kind == "dequant":
-        from xlabridge.mx import _mosaic, _mosaic_dequant
+        from xlabridge.mx import _mosaic_dequant
 
-        tiles = _mosaic.choose_tiles(shape3, 1, block_size, vmem_bytes)
+        tiles = _mosaic_dequant.tiles_for(shape3, dtype, block_size, vmem_bytes)
         fn = functools.partial(_mosaic_dequant.dequantize_3d, block_size=block_size, dtype=dtype, tiles=tiles)
         scale3 = shape3[:2] + (shape3[2] // block_size,)
         args = (jax.ShapeDtypeStruct(shape3, "float8_e4m3fn"), jax.ShapeDtypeStruct(scale3, "uint8"))
