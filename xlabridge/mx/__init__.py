@@ -152,3 +152,8 @@ def from_mxfp8(mx: MXTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     dtype = mx.orig_dtype if dtype is None else dtype
     _checks.check_dequantize_dtype(dtype)
     return _dispatch.mxfp8_dequantize(mx.data, mx.scale, mx.block_size, dtype)
+
+
+from xlabridge.mx._linear import MXLinear, mx_linear  # noqa: E402  (uses the functions above)
+
+__all__ += ["MXLinear", "mx_linear"]
