@@ -28,19 +28,20 @@ from xlabridge.mx._dispatch import moved_shape
 _FEATURE = "xlabridge.mx CUDA kernel"
 
 CONFIGS = tuple(
-    (r, b, w, first) for first in (False, True)
-    for r, b, w in ((64, 128, 4), (32, 256, 4), (128, 32, 4), (256, 32, 4), (512, 32, 4), (512, 32, 8), (1024, 16, 4),
-                    (1024, 32, 8), (256, 64, 4), (512, 64, 8))
+    (r, b, w, first, pre) for pre in (False, True) for first in (False, True)
+    for r, b, w in ((64, 128, 4), (32, 128, 4), (32, 256, 4), (64, 64, 4), (128, 64, 4), (128, 128, 8))
 )
-"""(TILE_R, TILE_B, num_warps, B_FIRST) candidates (B_FIRST: the grid's fastest axis walks ``B``); each tile holds whole blocks of up to 32 elements both
+"""(TILE_R, TILE_B, num_warps, B_FIRST, PRE) candidates (B_FIRST: the grid's fastest axis walks
+``B``; PRE: reduce the column blocks in the tile as loaded and transpose only the float8 and scale
+bytes, rather than transpose the input tile first); each tile holds whole blocks of up to 32 elements both
 ways (larger block sizes take ``_triton.py``'s kernel on a transposed copy)."""
 
 
-CONFIG = (64, 128, 4, False)
+CONFIG = (64, 128, 4, False, False)
 """The (TILE_R, TILE_B, num_warps, B_FIRST) the column-wise kernel runs with: the fastest at
 256 MB on the H100 over three sweeps of ``CONFIGS`` (``tools/bench/mx_cast.py --cols``: 0.204-0.208
 ms; B_FIRST within 1%; taller tiles, whose scale rows are whole sectors, 8-100% slower)."""
-CONFIG_BOTH = (32, 256, 4, True)
+CONFIG_BOTH = (32, 256, 4, True, False)
 """The same for the both-layouts kernel (0.290 ms; (64, 128, 4) within 1-4%)."""
 
 
@@ -57,7 +58,8 @@ def supports(block_size: int) -> bool:
     return 2 <= block_size <= 32 and block_size & (block_size - 1) == 0
 
 
-def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool, config: tuple[int, int, int, bool] | None = None):
+def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool,
+            config: tuple[int, int, int, bool, bool] | None = None):
     A, R, B = x3.shape
     dev = x3.device
     col_data = torch.empty((A, B, R), dtype=torch.float8_e4m3fn, device=dev)
@@ -71,7 +73,7 @@ def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool, config
         kernel = _kernels()
         wide = max(x3.numel(), A * x3.stride(0) if A else 0) >= 2**31 - 1
 
-        tile_r, tile_b, warps, b_first = config or (CONFIG_BOTH if both else CONFIG)
+        tile_r, tile_b, warps, b_first, pre = config or (CONFIG_BOTH if both else CONFIG)
         tile_r = max(tile_r, block_size)  # whole column blocks per tile
         if both:
             tile_b = max(tile_b, block_size)  # and whole row blocks
@@ -82,7 +84,7 @@ def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool, config
             kernel[grid](
                 x3, col_data, col_scale, row_data, row_scale, R, B, x3.stride(0), x3.stride(1), x3.stride(2),
                 BLOCK=block_size, RCEIL=rounding == "rceil", RECIPROCAL=C.RCEIL_RECIPROCAL, BOTH=both, WIDE_INDEX=wide,
-                TILE_R=tile_r, TILE_B=tile_b, B_FIRST=b_first, num_warps=warps,
+                TILE_R=tile_r, TILE_B=tile_b, B_FIRST=b_first, PRE=pre, num_warps=warps,
             )
     return col_data, col_scale, row_data, row_scale
 

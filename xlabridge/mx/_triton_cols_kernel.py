@@ -32,7 +32,7 @@ def mxfp8_cast_cols_kernel(
     x_ptr, col_data_ptr, col_scale_ptr, row_data_ptr, row_scale_ptr,
     R, B, stride_a, stride_r, stride_b,
     BLOCK: tl.constexpr, RCEIL: tl.constexpr, RECIPROCAL: tl.constexpr, BOTH: tl.constexpr, WIDE_INDEX: tl.constexpr,
-    TILE_R: tl.constexpr, TILE_B: tl.constexpr, B_FIRST: tl.constexpr,
+    TILE_R: tl.constexpr, TILE_B: tl.constexpr, B_FIRST: tl.constexpr, PRE: tl.constexpr,
 ):
     if B_FIRST:  # consecutive programs read side by side along B (whole input rows between them)
         pid_b = tl.program_id(0)
@@ -50,20 +50,33 @@ def mxfp8_cast_cols_kernel(
     mask = (r < R)[:, None] & (b < B)[None, :]
     x = tl.load(x_ptr + a * stride_a + r[:, None] * stride_r + b[None, :] * stride_b, mask=mask, other=0.0,
                 eviction_policy="evict_first")
-    # column blocks (BLOCK consecutive rows of one column) along the last axis of the transposed
-    # tile: the transpose moves the input once through shared memory, and the reduction and the
-    # stores then go as in the row-wise kernel (contiguous along R in the [A, B, R] output)
-    xt = tl.trans(x)  # [TILE_B, TILE_R]
-    xt32 = xt.to(tl.float32)
-    col_bits = xt32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-    col_amax = tl.max(tl.reshape(col_bits, (TILE_B, TILE_R // BLOCK, BLOCK)), axis=2)
-    col_code = _codes(col_amax, RCEIL, RECIPROCAL)  # [TILE_B, TILE_R // BLOCK]
-    col_data = _scale(tl.reshape(xt32, (TILE_B, TILE_R // BLOCK, BLOCK)), col_code[:, :, None])
     base = a * B * R
-    tl.store(col_data_ptr + base + b[:, None] * R + r[None, :], tl.reshape(col_data, (TILE_B, TILE_R)).to(tl.float8e4nv),
-             mask=(b < B)[:, None] & (r < R)[None, :])
     n_col_blocks = R // BLOCK
     rb = pid_r * (TILE_R // BLOCK) + tl.arange(0, TILE_R // BLOCK)
+    if PRE:
+        # column blocks (BLOCK consecutive rows of one column) reduced down the rows of the tile as
+        # loaded; only the float8 bytes and the scale bytes are transposed (the fewest bytes)
+        x32 = x.to(tl.float32)
+        col_bits = x32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        col_amax = tl.max(tl.reshape(col_bits, (TILE_R // BLOCK, BLOCK, TILE_B)), axis=1)
+        col_code = _codes(col_amax, RCEIL, RECIPROCAL)  # [TILE_R // BLOCK, TILE_B]
+        col_data = _scale(tl.reshape(x32, (TILE_R // BLOCK, BLOCK, TILE_B)), col_code[:, None, :])
+        col_bytes = tl.reshape(col_data, (TILE_R, TILE_B)).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        tl.store(col_data_ptr.to(tl.pointer_type(tl.uint8)) + base + b[:, None] * R + r[None, :], tl.trans(col_bytes),
+                 mask=(b < B)[:, None] & (r < R)[None, :])
+        col_code = tl.trans(col_code)  # [TILE_B, TILE_R // BLOCK]
+    else:
+        # column blocks along the last axis of the transposed tile: the transpose moves the input
+        # once through shared memory, and the reduction and the stores then go as in the row-wise
+        # kernel (contiguous along R in the [A, B, R] output)
+        xt = tl.trans(x)  # [TILE_B, TILE_R]
+        xt32 = xt.to(tl.float32)
+        col_bits = xt32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        col_amax = tl.max(tl.reshape(col_bits, (TILE_B, TILE_R // BLOCK, BLOCK)), axis=2)
+        col_code = _codes(col_amax, RCEIL, RECIPROCAL)  # [TILE_B, TILE_R // BLOCK]
+        col_data = _scale(tl.reshape(xt32, (TILE_B, TILE_R // BLOCK, BLOCK)), col_code[:, :, None])
+        tl.store(col_data_ptr + base + b[:, None] * R + r[None, :],
+                 tl.reshape(col_data, (TILE_B, TILE_R)).to(tl.float8e4nv), mask=(b < B)[:, None] & (r < R)[None, :])
     col_mask = (rb < n_col_blocks)[None, :] & (b < B)[:, None]
     tl.store(col_scale_ptr + a * B * n_col_blocks + b[:, None] * n_col_blocks + rb[None, :],
              col_code.to(tl.uint8), mask=col_mask)
