@@ -27,9 +27,10 @@ from xlabridge.mx._dispatch import moved_shape
 
 _FEATURE = "xlabridge.mx CUDA kernel"
 
-CONFIGS = tuple(
-    (r, b, w, first, pre) for pre in (False, True) for first in (False, True)
-    for r, b, w in ((64, 128, 4), (32, 128, 4), (32, 256, 4), (64, 64, 4), (128, 64, 4), (128, 128, 8))
+CONFIGS = ((64, 128, 4, False, False), (32, 256, 4, True, False)) + tuple(
+    (r, b, w, False, pre) for pre in (False, True)
+    for r, b, w in ((64, 128, 1), (64, 128, 2), (32, 128, 1), (32, 256, 1), (32, 256, 2), (128, 128, 2), (128, 64, 1),
+                    (64, 256, 2))
 )
 """(TILE_R, TILE_B, num_warps, B_FIRST, PRE) candidates (B_FIRST: the grid's fastest axis walks
 ``B``; PRE: reduce the column blocks in the tile as loaded and transpose only the float8 and scale
