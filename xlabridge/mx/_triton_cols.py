@@ -27,10 +27,11 @@ from xlabridge.mx._dispatch import moved_shape
 
 _FEATURE = "xlabridge.mx CUDA kernel"
 
-CONFIGS = ((64, 128, 4, False, False), (32, 256, 4, True, False)) + tuple(
-    (r, b, w, False, pre) for pre in (False, True)
-    for r, b, w in ((64, 128, 1), (64, 128, 2), (32, 128, 1), (32, 256, 1), (32, 256, 2), (128, 128, 2), (128, 64, 1),
-                    (64, 256, 2))
+CONFIGS = (
+    (64, 128, 4, False, False), (32, 256, 4, True, False), (64, 128, 2, False, True), (64, 128, 2, False, False),
+    (64, 128, 1, False, True), (64, 256, 2, False, True), (128, 64, 2, False, True), (64, 64, 2, False, True),
+    (64, 64, 1, False, True), (32, 128, 2, False, True), (32, 128, 2, True, False), (32, 64, 1, False, True),
+    (32, 64, 2, False, False), (128, 128, 4, False, True), (64, 128, 4, False, True), (32, 256, 2, True, False),
 )
 """(TILE_R, TILE_B, num_warps, B_FIRST, PRE) candidates (B_FIRST: the grid's fastest axis walks
 ``B``; PRE: reduce the column blocks in the tile as loaded and transpose only the float8 and scale
@@ -38,20 +39,13 @@ bytes, rather than transpose the input tile first); each tile holds whole blocks
 ways (larger block sizes take ``_triton.py``'s kernel on a transposed copy)."""
 
 
-CONFIG = (64, 128, 4, False, False)
-"""The (TILE_R, TILE_B, num_warps, B_FIRST) the column-wise kernel runs with: the fastest at
-256 MB on the H100 over three sweeps of ``CONFIGS`` (``tools/bench/mx_cast.py --cols``: 0.204-0.208
-ms; B_FIRST within 1%; taller tiles, whose scale rows are whole sectors, 8-100% slower)."""
+CONFIG = (64, 128, 2, False, True)
+"""The (TILE_R, TILE_B, num_warps, B_FIRST, PRE) the column-wise kernel runs with: the fastest at
+256 MB on the H100 (``tools/bench/mx_cast.py --cols``, five sweeps): 2 warps, 0.171 ms against
+0.204-0.211 ms with 4 (a column block's 32 rows then stay within fewer warps); PRE and B_FIRST
+within 2%; taller tiles, whose scale rows are whole sectors, slower."""
 CONFIG_BOTH = (32, 256, 4, True, False)
-"""The same for the both-layouts kernel (0.290 ms; (64, 128, 4) within 1-4%)."""
-
-
-@functools.cache
-def _kernels():
-    _optional.require("triton", _FEATURE)
-    from xlabridge.mx._triton_cols_kernel import mxfp8_cast_cols_kernel
-
-    return mxfp8_cast_cols_kernel
+"""The same for the both-layouts kernel (0.290-0.294 ms; fewer warps are slower here, up to 4x)."""
 
 
 def supports(block_size: int) -> bool:
