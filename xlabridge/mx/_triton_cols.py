@@ -48,6 +48,14 @@ CONFIG_BOTH = (32, 256, 4, True, False)
 """The same for the both-layouts kernel (0.290-0.294 ms; fewer warps are slower here, up to 4x)."""
 
 
+@functools.cache
+def _kernels():
+    _optional.require("triton", _FEATURE)
+    from xlabridge.mx._triton_cols_kernel import mxfp8_cast_cols_kernel
+
+    return mxfp8_cast_cols_kernel
+
+
 def supports(block_size: int) -> bool:
     """Block sizes the kernels take: powers of two from 2 to 32 (a tile holds whole blocks)."""
     return 2 <= block_size <= 32 and block_size & (block_size - 1) == 0
