@@ -41,7 +41,7 @@ class Block(torch.nn.Module):
 
 
 class TinyLM(torch.nn.Module):
-    def __init__(self, vocab: int = VOCAB, d: int = D_MODEL, heads: int = HEADS, layers: int = LAYERS, seq: int = SEQ):  # noqa: PLR0913
+    def __init__(self, vocab: int = VOCAB, d: int = D_MODEL, heads: int = HEADS, layers: int = LAYERS, seq: int = SEQ):
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, d)
         self.pos = torch.nn.Parameter(torch.randn(seq, d) * 0.02)

@@ -70,7 +70,7 @@ def test_torchaos_thresholds_against_bf16(device):
 def test_short_training_follows_bf16():
     """A one-block transformer, 12 AdamW steps under bf16 autocast: the MX loss curve against the
     bf16 one at torchao's output threshold (18 dB), and every step within 3%."""
-    small = dict(d=64, heads=2, layers=1, seq=32)
+    small = {"d": 64, "heads": 2, "layers": 1, "seq": 32}
     torch.manual_seed(0)
     base = _training.TinyLM(**small)
     batches = _training.markov_batches(12, seed=1, batch=8, seq=32)

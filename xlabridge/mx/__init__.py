@@ -55,8 +55,8 @@ __all__ = [
     "E4M3_MAX",
     "E8M0_BIAS",
     "E8M0_NAN",
-    "MXTensor",
     "ROUNDING_MODES",
+    "MXTensor",
     "Rounding",
     "from_mxfp8",
     "to_mxfp8",
@@ -154,6 +154,6 @@ def from_mxfp8(mx: MXTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     return _dispatch.mxfp8_dequantize(mx.data, mx.scale, mx.block_size, dtype)
 
 
-from xlabridge.mx._linear import MXLinear, mx_linear  # noqa: E402  (uses the functions above)
+from xlabridge.mx._linear import MXLinear, mx_linear
 
 __all__ += ["MXLinear", "mx_linear"]

@@ -217,8 +217,8 @@ def _call(x, block_size: int, rounding: str, tiles: ColTiles, both: bool, interp
     steps_per_span = tiles.span // tiles.lanes
     grid = (A, R // tiles.rows, B // tiles.span, steps_per_span)
     sq = _squeezed()
-    rows_major = lambda a, i, j, k: (a, i, j * steps_per_span + k)  # noqa: E731  [A, R, B] tiles
-    lanes_major = lambda a, i, j, k: (a, j * steps_per_span + k, i)  # noqa: E731  [A, B, R] tiles
+    rows_major = lambda a, i, j, k: (a, i, j * steps_per_span + k)
+    lanes_major = lambda a, i, j, k: (a, j * steps_per_span + k, i)
     out_specs = [
         pl.BlockSpec((sq, tiles.lanes, tiles.rows), lanes_major),
         pl.BlockSpec((sq, tiles.lanes, tiles.rows // block_size), lanes_major),

@@ -60,7 +60,7 @@ def _kernel(data_ref, scale_ref, out_ref, *, block_size: int):
                 lanes = min(LANES, tile_lanes - lane0)
                 n_blocks = lanes // block_size
                 blocks = slice(chunk * per_chunk, chunk * per_chunk + n_blocks)
-                expand = lambda a, blocks=blocks, n_blocks=n_blocks, lanes=lanes: jnp.broadcast_to(  # noqa: E731
+                expand = lambda a, blocks=blocks, n_blocks=n_blocks, lanes=lanes: jnp.broadcast_to(
                     a[blocks][:, None, :], (n_blocks, block_size, strip)).reshape(lanes, strip).T
                 values = data_ref[leading, rows, pl.ds(lane0, lanes)].astype(jnp.float32)
                 values = values * expand(first_factor) * expand(second_factor)
@@ -82,7 +82,7 @@ def dequantize_3d(data, scale, block_size: int, dtype: str, tiles: Tiles, interp
     ``[L, R, K/block_size]``, from one ``pallas_call``."""
     L, R, K = data.shape
     grid = (pl.cdiv(L, tiles.leading), pl.cdiv(R, tiles.rows), pl.cdiv(K, tiles.lanes))
-    index = lambda a, i, j: (a, i, j)  # noqa: E731
+    index = lambda a, i, j: (a, i, j)
     out_itemsize = jnp.dtype(dtype).itemsize
     return pl.pallas_call(
         functools.partial(_kernel, block_size=block_size),
