@@ -47,8 +47,10 @@ def _(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, to
 def mxfp8_dequantize(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
     """``data * 2**(scale - 127)`` per block, in ``dtype``; NaN where the scale byte is 0xFF."""
     if data.device.type == "xla":
-        from xlabridge.mx import _xla
+        from xlabridge.mx import _tpu_cols, _xla
 
+        if _tpu_cols.dequantize_takes(data, block_size, dtype):
+            return _tpu_cols.from_mxfp8(data, scale, block_size, dtype)
         return _xla.from_mxfp8(data, scale, block_size, dtype)
     return _torch_ops.from_mxfp8(data, scale, block_size, dtype)
 
@@ -56,3 +58,76 @@ def mxfp8_dequantize(data: torch.Tensor, scale: torch.Tensor, block_size: int, d
 @mxfp8_dequantize.register_fake
 def _(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
     return data.new_empty(data.shape, dtype=dtype)
+
+
+def moved_shape(shape: tuple[int, ...], dim: int) -> tuple[int, ...]:
+    """``shape`` with dimension ``dim`` (non-negative) moved last: the data shape of a ``dim`` cast."""
+    return tuple(shape[:dim]) + tuple(shape[dim + 1 :]) + (shape[dim],)
+
+
+def _route_cast_dim(x: torch.Tensor, block_size: int, rounding: str, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.device.type == "xla":
+        from xlabridge.mx import _tpu, _tpu_cols, _xla
+
+        if _tpu.takes(x, block_size) and _tpu_cols.takes(x, block_size, dim):
+            return _tpu_cols.to_mxfp8_dim(x, block_size, rounding, dim)
+        return _xla.to_mxfp8_dim(x, block_size, rounding, dim)
+    if x.device.type == "cuda":
+        from xlabridge.mx import _triton, _triton_cols
+
+        if _triton.supports(block_size):
+            return _triton_cols.to_mxfp8_dim(x, block_size, rounding, dim)
+    return _torch_ops.to_mxfp8(x.movedim(dim, -1), block_size, rounding)
+
+
+@torch.library.custom_op("xlabridge::mxfp8_cast_dim", mutates_args=())
+def mxfp8_cast_dim(x: torch.Tensor, block_size: int, rounding: str, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(data, scale)`` of ``x.movedim(dim, -1)`` (``dim`` non-negative, not the last), read from
+    ``x`` in place."""
+    return _route_cast_dim(x, block_size, rounding, dim)
+
+
+@mxfp8_cast_dim.register_fake
+def _(x: torch.Tensor, block_size: int, rounding: str, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = moved_shape(tuple(x.shape), dim)
+    data = x.new_empty(shape, dtype=torch.float8_e4m3fn)
+    scale = x.new_empty(shape[:-1] + (shape[-1] // block_size,), dtype=torch.uint8)
+    return data, scale
+
+
+def _route_cast_both(x: torch.Tensor, block_size: int, rounding: str):
+    if x.device.type == "xla":
+        from xlabridge.mx import _tpu, _tpu_cols, _xla
+
+        if _tpu.takes(x, block_size) and _tpu_cols.takes(x, block_size, x.dim() - 2, both=True):
+            return _tpu_cols.to_mxfp8_both(x, block_size, rounding)
+        return _xla.to_mxfp8_both(x, block_size, rounding)
+    if x.device.type == "cuda":
+        from xlabridge.mx import _triton, _triton_cols
+
+        if _triton.supports(block_size):
+            return _triton_cols.to_mxfp8_both(x, block_size, rounding)
+    row = _torch_ops.to_mxfp8(x, block_size, rounding)
+    col = _torch_ops.to_mxfp8(x.transpose(-2, -1), block_size, rounding)
+    return (*row, *col)
+
+
+@torch.library.custom_op("xlabridge::mxfp8_cast_both", mutates_args=())
+def mxfp8_cast_both(
+    x: torch.Tensor, block_size: int, rounding: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(row data, row scale, col data, col scale)``: the casts of ``x`` along its last and its
+    second-to-last dimension (the latter of ``x.transpose(-2, -1)``)."""
+    return tuple(_route_cast_both(x, block_size, rounding))
+
+
+@mxfp8_cast_both.register_fake
+def _(x: torch.Tensor, block_size: int, rounding: str):
+    shape = tuple(x.shape)
+    moved = shape[:-2] + (shape[-1], shape[-2])
+    return (
+        x.new_empty(shape, dtype=torch.float8_e4m3fn),
+        x.new_empty(shape[:-1] + (shape[-1] // block_size,), dtype=torch.uint8),
+        x.new_empty(moved, dtype=torch.float8_e4m3fn),
+        x.new_empty(moved[:-1] + (moved[-1] // block_size,), dtype=torch.uint8),
+    )

@@ -96,8 +96,11 @@ def input_dtype_name(dtype) -> str:
     return next(name for name, candidate in _DTYPES.items() if candidate == dtype)
 
 
-def to_mxfp8(x, block_size: int = 32, rounding: str = "floor", strategy: str = "recompute"):
-    """``(data, scale)`` of JAX array ``x``: float8_e4m3fn data of x's shape, uint8 E8M0 scales."""
+def to_mxfp8(x, block_size: int = 32, rounding: str = "floor", strategy: str = "recompute", dim: int = -1):
+    """``(data, scale)`` of JAX array ``x``: float8_e4m3fn data of x's shape, uint8 E8M0 scales
+    (``dim``: blocks along that dimension, the cast of ``jnp.moveaxis(x, dim, -1)``)."""
+    if dim % x.ndim != x.ndim - 1:
+        x = jnp.moveaxis(x, dim, -1)
     blocks = x.reshape(x.shape[:-1] + (x.shape[-1] // block_size, block_size))
     data, scale = _formulation.cast_blocks(JaxOps(), blocks, input_dtype_name(x.dtype), block_size, rounding, strategy)
     return data.reshape(x.shape), scale

@@ -60,11 +60,16 @@ def _kernel(x_ref, data_ref, scale_ref, *, input_dtype: str, block_size: int, ro
     plgpu.store(scale_ref, scale, mask=valid)
 
 
-@functools.partial(jax.jit, static_argnames=("block_size", "rounding", "interpret", "tile"))
-def to_mxfp8(x: jax.Array, block_size: int = 32, rounding: str = "floor", interpret: bool = False, tile: int | None = None):
+@functools.partial(jax.jit, static_argnames=("block_size", "rounding", "interpret", "tile", "dim"))
+def to_mxfp8(x: jax.Array, block_size: int = 32, rounding: str = "floor", interpret: bool = False, tile: int | None = None,
+             dim: int = -1):
     """``(data, scale)`` of JAX array ``x`` from one Pallas kernel (``interpret=True`` runs
     the kernel body on any backend, for testing; ``tile``, a power of two, overrides the
-    blocks per program instance)."""
+    blocks per program instance). ``dim`` blocks along another dimension, with
+    ``xlabridge.mx.to_mxfp8``'s layout (the cast of ``jnp.moveaxis(x, dim, -1)``): XLA makes the
+    moved copy, a kernel of its own, before the Pallas kernel."""
+    if dim % x.ndim != x.ndim - 1:
+        x = jnp.moveaxis(x, dim, -1)
     n_blocks = x.size // block_size
     blocks = x.reshape(n_blocks, block_size)
     tile = default_tile(n_blocks) if tile is None else min(tile, 1 << max(n_blocks - 1, 0).bit_length())

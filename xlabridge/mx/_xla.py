@@ -139,6 +139,41 @@ def _cast_computation(shape: tuple[int, ...], dtype: torch.dtype, block_size: in
     return xb.Op.tuple([data.reshape(shape), scale]).build(name)
 
 
+def _cast_op(xb, x, shape: tuple[int, ...], dtype: torch.dtype, block_size: int, rounding: str, strategy: str):
+    """``(data, scale)`` ops of the cast of ``x`` (an op of ``shape``) along its last dimension."""
+    blocks = x.reshape(shape[:-1] + (shape[-1] // block_size, block_size))
+    data, scale = _formulation.cast_blocks(XlaBuilderOps(xb), blocks, _XLA_TYPES[dtype], block_size, rounding, strategy)
+    return data.reshape(shape), scale
+
+
+def _moved(x, shape: tuple[int, ...], dim: int):
+    """``x`` (an op of ``shape``) with dimension ``dim`` moved last (an XLA transpose), and its shape."""
+    perm = [d for d in range(len(shape)) if d != dim] + [dim]
+    return x.transpose(perm), tuple(shape[d] for d in perm)
+
+
+@functools.lru_cache(maxsize=128)
+def _cast_dim_computation(shape: tuple[int, ...], dtype: torch.dtype, block_size: int, rounding: str, dim: int):
+    xb = _xb()
+    name = "xlabridge_mxfp8_cast_dim"
+    builder = xb.create_builder(name)
+    x = xb.mkparam(builder, 0, xb.mkshape(_XLA_TYPES[dtype], shape))
+    moved, moved_shape = _moved(x, shape, dim)
+    return xb.Op.tuple(list(_cast_op(xb, moved, moved_shape, dtype, block_size, rounding, "two_pass"))).build(name)
+
+
+@functools.lru_cache(maxsize=128)
+def _cast_both_computation(shape: tuple[int, ...], dtype: torch.dtype, block_size: int, rounding: str):
+    xb = _xb()
+    name = "xlabridge_mxfp8_cast_both"
+    builder = xb.create_builder(name)
+    x = xb.mkparam(builder, 0, xb.mkshape(_XLA_TYPES[dtype], shape))
+    moved, moved_shape = _moved(x, shape, len(shape) - 2)
+    row = _cast_op(xb, x, shape, dtype, block_size, rounding, "two_pass")
+    col = _cast_op(xb, moved, moved_shape, dtype, block_size, rounding, "two_pass")
+    return xb.Op.tuple([*row, *col]).build(name)
+
+
 @functools.lru_cache(maxsize=128)
 def _dequantize_computation(shape: tuple[int, ...], block_size: int, dtype: torch.dtype):
     xb = _xb()
@@ -185,6 +220,24 @@ def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str, strategy: str = "t
     computation = _cast_computation(tuple(x.shape), x.dtype, block_size, rounding, strategy)
     data, scale = torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_cast", [x], computation)
     return data, scale
+
+
+def to_mxfp8_dim(x: torch.Tensor, block_size: int, rounding: str, dim: int):
+    """``(data, scale)`` of ``x.movedim(dim, -1)``: one XLA computation, the transpose inside it
+    (XLA fuses it into the cast's kernels where it can)."""
+    import torch_xla
+
+    computation = _cast_dim_computation(tuple(x.shape), x.dtype, block_size, rounding, dim)
+    data, scale = torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_cast_dim", [x], computation)
+    return data, scale
+
+
+def to_mxfp8_both(x: torch.Tensor, block_size: int, rounding: str):
+    """``(row data, row scale, col data, col scale)`` of ``x`` from one XLA computation."""
+    import torch_xla
+
+    computation = _cast_both_computation(tuple(x.shape), x.dtype, block_size, rounding)
+    return tuple(torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_cast_both", [x], computation))
 
 
 def from_mxfp8(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
