@@ -54,3 +54,8 @@ def check_dequantize_dtype(dtype: object) -> None:
     if not isinstance(dtype, torch.dtype) or dtype not in INPUT_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in INPUT_DTYPES)
         raise TypeError(f"dtype must be one of {names}, got {dtype!r}")
+
+
+def moved_shape(shape: tuple[int, ...], dim: int) -> tuple[int, ...]:
+    """``shape`` with dimension ``dim`` (non-negative) moved last: the data shape of a ``dim`` cast."""
+    return tuple(shape[:dim]) + tuple(shape[dim + 1 :]) + (shape[dim],)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from xlabridge.mx import _torch_ops
+from xlabridge.mx import _checks, _torch_ops
 
 
 def _route_cast(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,11 +60,6 @@ def _(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dty
     return data.new_empty(data.shape, dtype=dtype)
 
 
-def moved_shape(shape: tuple[int, ...], dim: int) -> tuple[int, ...]:
-    """``shape`` with dimension ``dim`` (non-negative) moved last: the data shape of a ``dim`` cast."""
-    return tuple(shape[:dim]) + tuple(shape[dim + 1 :]) + (shape[dim],)
-
-
 def _route_cast_dim(x: torch.Tensor, block_size: int, rounding: str, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     if x.device.type == "xla":
         from xlabridge.mx import _tpu, _tpu_cols, _xla
@@ -89,7 +84,7 @@ def mxfp8_cast_dim(x: torch.Tensor, block_size: int, rounding: str, dim: int) ->
 
 @mxfp8_cast_dim.register_fake
 def _(x: torch.Tensor, block_size: int, rounding: str, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    shape = moved_shape(tuple(x.shape), dim)
+    shape = _checks.moved_shape(tuple(x.shape), dim)
     data = x.new_empty(shape, dtype=torch.float8_e4m3fn)
     scale = x.new_empty(shape[:-1] + (shape[-1] // block_size,), dtype=torch.uint8)
     return data, scale

@@ -22,22 +22,19 @@ from __future__ import annotations
 import torch
 
 from xlabridge import _lowering
+from xlabridge.mx import _api as mx
 from xlabridge.mx import _constants as C
 
 __all__ = ["MXLinear", "mx_linear"]
 
 
 def _both(t: torch.Tensor, block_size: int, rounding: str):
-    from xlabridge import mx
-
     return mx.to_mxfp8_both(t, block_size, rounding)
 
 
 def _mm(a, b_t, dtype: torch.dtype) -> torch.Tensor:
     """``deq(a) @ deq(b_t).T``: the emulated MX matmul of two MX tensors blocked along their last
     dimension (the contraction)."""
-    from xlabridge import mx
-
     return mx.from_mxfp8(a, dtype) @ mx.from_mxfp8(b_t, dtype).t()
 
 
@@ -67,8 +64,6 @@ class _MXLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, grad_y):
-        from xlabridge import mx
-
         block_size, rounding, x_shape, x_dtype, w_dtype, has_bias = ctx.meta
         x_cols_data, x_cols_scale, w_cols_data, w_cols_scale = ctx.saved_tensors
         x_cols = mx.MXTensor(x_cols_data, x_cols_scale, block_size, x_dtype)

@@ -36,7 +36,7 @@ def to_mxfp8_dim(x: torch.Tensor, block_size: int, rounding: str, dim: int) -> t
     """``(data, scale)`` of ``x.movedim(dim, -1)`` from one ``tpu_custom_call`` (lazy)."""
     import torch_xla
 
-    from xlabridge.mx._dispatch import moved_shape
+    from xlabridge.mx._checks import moved_shape
 
     A, R, B = shape3 = _view_3d(tuple(x.shape), dim)
     payload = _payload("cols", shape3, _tpu._JAX_DTYPES[x.dtype], block_size, rounding)

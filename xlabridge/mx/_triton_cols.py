@@ -23,7 +23,7 @@ import torch
 
 from xlabridge import _optional
 from xlabridge.mx import _constants as C
-from xlabridge.mx._dispatch import moved_shape
+from xlabridge.mx._checks import moved_shape
 
 _FEATURE = "xlabridge.mx CUDA kernel"
 
