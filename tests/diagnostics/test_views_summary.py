@@ -8,7 +8,9 @@ split that ``demo_like`` derives from the spans), worked out here, not from the 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,7 +19,14 @@ import pytest
 
 from tests.diagnostics import demo_like
 from xlabridge.diagnostics import render_text, write_html
-from xlabridge.diagnostics.report import Finding, Report, Segment, SpanKind, TimeSplit, XlaGraph
+from xlabridge.diagnostics.report import (
+    Finding,
+    Report,
+    Segment,
+    SpanKind,
+    TimeSplit,
+    XlaGraph,
+)
 from xlabridge.diagnostics.views import html as html_view
 from xlabridge.diagnostics.views import text as text_view
 
@@ -30,9 +39,22 @@ def report() -> Report:
     return demo_like.report()
 
 
+@contextlib.contextmanager
+def _elsewhere(directory: Path):
+    """Views show paths under the working directory relative to it: render from a directory the
+    demo's files are not under, so that the expected paths are the report's own."""
+    here = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(here)
+
+
 @pytest.fixture(scope="module")
-def text(report: Report) -> str:
-    return render_text(report)
+def text(report: Report, tmp_path_factory: pytest.TempPathFactory) -> str:
+    with _elsewhere(tmp_path_factory.mktemp("elsewhere")):
+        return render_text(report)
 
 
 def _flat(text: str) -> str:
@@ -195,7 +217,9 @@ class _Page(HTMLParser):
 
 @pytest.fixture(scope="module")
 def page(report: Report, tmp_path_factory: pytest.TempPathFactory) -> tuple[_Page, str]:
-    path = write_html(report, tmp_path_factory.mktemp("html") / "demo.html")
+    directory = tmp_path_factory.mktemp("html")
+    with _elsewhere(directory):
+        path = write_html(report, directory / "demo.html")
     raw = path.read_text(encoding="utf-8")
     parsed = _Page()
     parsed.feed(raw)
