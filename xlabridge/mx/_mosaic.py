@@ -22,7 +22,7 @@ transposed chunk is one input row, so the chunk's 128 x 4 scale bytes come out a
 is transposed once into 128 rows of 128 scale bytes. A rows-minor input is already in that
 form. The data is scaled in the transposed layout, transposed back as float32 (where the data is
 row-major) and converted to float8 there. libtpu's static schedule of the
-chunk loop: 5.7-8 bundles per 1024 elements on v5e, v5p and v6e, 28 on v4 (two vector ALUs, and
+chunk loop: 6.1-8.2 bundles per 1024 elements on v5e, v5p and v6e, 29 on v4 (two vector ALUs, and
 no float8 instruction); ``tools/bench/mx_cast_tpu.py`` reads it.
 
 The arithmetic is ``_formulation.py``'s: ``scale_code`` of the block maximum and
@@ -31,11 +31,9 @@ and why:
 
 * The block maximum is taken over the transposed chunk (a reshape that splits sublanes, which
   Mosaic accepts) instead of ``reduce_max_last`` over a ``[..., K/32, 32]`` reshape: Mosaic
-  refuses to split the lane dimension ("unsupported shape cast"). It is the float32 maximum of
-  ``|x|``, whose bit pattern is the formulation's integer maximum of ``|x|``'s bit patterns
-  (non-negative floats order as their bits; NaN propagates; a subnormal maximum gives byte 0
-  either way), taken before ``scale_code`` rather than after (the same result: ``scale_code`` is
-  monotone), so the code is computed once per block.
+  refuses to split the lane dimension ("unsupported shape cast"). It is the integer maximum of
+  ``|x|``'s bit patterns as in the formulation, taken before ``scale_code`` rather than after
+  (the same result: ``scale_code`` is monotone), so the code is computed once per block.
 * The reciprocal and the NaN flag are computed per block and broadcast to the block's 32
   sublanes, rather than computed from a broadcast code per element.
 * ``MosaicOps.select`` selects booleans with logical operations: Mosaic cannot legalize a
@@ -280,13 +278,12 @@ def _cast_chunk(x_ref, data_ref, codes_ref, leading, rows, lane0, width, code_ro
     transposed = _load_transposed(x_ref, leading, rows, lanes, rows_minor.x, float16)  # [width, rows]
     n_blocks = width // block_size
     blocked = (n_blocks, block_size, transposed.shape[1])
-    # the block maximum of |x| in float32 (one vmax.f32 per register), not of its bit patterns as
-    # int32 (a compare and a select on every chip): the same value, as the magnitudes are
-    # non-negative, NaN propagating (XLA:TPU lowers jnp.maximum, which must propagate NaN, to the
-    # bare vmax.f32) and subnormals as flushed either way; v5e 7.1 -> 6.8 bundles per 1024 elements
-    magnitude = jnp.abs(transposed)
-    block_max = lax.bitcast_convert_type(jnp.max(magnitude.reshape(blocked), axis=1), jnp.int32)
-    code = _formulation.scale_code(ops, block_max, rounding)
+    # the block maximum of |x|'s bit patterns as int32, as in the formulation: a NaN's pattern is
+    # above every finite one's, whatever the backend's float maximum does with NaN (a float32
+    # max of |x| saved 0.3-0.7 bundles per 1024 elements in libtpu's static schedule, but JAX
+    # 0.11.2's interpret mode drops NaN in it: 31 NaN blocks of 64 lost their 0xFF scale byte)
+    abs_bits = lax.bitcast_convert_type(transposed, jnp.int32) & C.F32_ABS_MASK
+    code = _formulation.scale_code(ops, jnp.max(abs_bits.reshape(blocked), axis=1), rounding)
     codes_ref[pl.ds(code_row0, n_blocks), :] = code
     reciprocal, is_nan = _formulation.scale_factors(ops, code)
     scaled = _formulation.scaled_values(
@@ -352,9 +349,8 @@ def _kernel(x_ref, data_ref, scale_ref, codes_ref, *, block_size: int, rounding:
 UNROLL = 16
 """Chunks per loop iteration, at most: independent work for libtpu's scheduler to overlap one
 chunk's transposes with another's arithmetic. Static schedule on v5e, bundles per 1024 elements
-(``tools/bench/mx_cast_tpu.py``, libtpu 0.0.23, block maximum in float32): 6.81 with 8, 6.09 with
-16 (v5p 6.09 and 5.73, v6e 8.27 and 7.95, v4 27.7 both), at about twice the compile time of 8
-(1.0 s against 0.5 s for 256 MB on v5e)."""
+(``tools/bench/mx_cast_tpu.py``, libtpu 0.0.23): 7.1 with 8, 6.44 with 16 (v5p 6.08, v6e 8.18,
+v4 28.8 with 16), at about twice the compile time of 8 (1.0 s against 0.5 s for 256 MB on v5e)."""
 
 
 def stored_shape(shape3: tuple[int, int, int], rows_minor: bool) -> tuple[int, int, int]:
