@@ -150,9 +150,11 @@ def test_collectives_per_graph_equal_a_count_from_the_dumped_proto(runs, name):
 @pytest.mark.parametrize("name", ["lazy4", "compile4", "lazy8"])
 def test_planted_all_gather_is_reported_at_its_line(runs, name):
     report, _ = runs[name]
-    gathers = [g for g in report.collectives if g.kind == "all-gather" and g.lineno]
+    gathers = [g for g in report.collectives if g.kind == "all-gather" and g.lineno and not g.place_note]
     assert gathers, "the planted sharding produced no all-gather with a user line"
     assert {(Path(g.filename).name, g.lineno) for g in gathers} == {("sharded_train.py", _planted_line())}
+    # the backward pass's all-gathers have no line of their own: their graph's, said so
+    assert all(g.lineno and g.place_note for g in report.collectives if g.kind == "all-gather" and g not in gathers)
     assert all(g.avoidable for g in report.collectives if g.kind == "all-gather")
     assert any(f.kind == "avoidable-collective" and "all-gather" in f.message for f in report.findings)
 

@@ -126,10 +126,10 @@ def add_run_graphs(report: Report, pid: int, events: Sequence[ev.Event], rule: U
         for collective in graph.collectives:
             cause_row = classify(collective, graph)
             line = user_frame(rule, fx, collective.stack, collective.source)
-            if line is UNKNOWN or not line.lineno:
-                line = graph_line
-            groups.setdefault((collective.kind.value, cause_row.category, line), []).append((collective, cause_row))
-        for (kind, category, line), members in groups.items():
+            own = line is not UNKNOWN and line.lineno > 0
+            groups.setdefault((collective.kind.value, cause_row.category, line if own else graph_line, own),
+                              []).append((collective, cause_row))
+        for (kind, category, line, own), members in groups.items():
             cause_row = members[0][1]
             runs = [c.executions if c.executions is not None else 1 for c, _ in members]
             group = CollectiveGroup(
@@ -140,6 +140,8 @@ def add_run_graphs(report: Report, pid: int, events: Sequence[ev.Event], rule: U
                 lineno=line.lineno, function=line.function,
                 op_type=members[0][0].source.op_type if members[0][0].source else "",
                 unknown_executions=sum(c.executions is None for c, _ in members), pid=pid,
+                place_note="" if own else ("no Python line in its HLO (a backward pass's communication has none): "
+                                           "its graph's line" if line.lineno else "no Python line in its HLO"),
             )
             report.collectives.append(group)
             if group.avoidable:

@@ -49,11 +49,12 @@ class CollectiveGroup:
     avoidable: bool = _field("whether that cause is usually avoidable", False)
     suggestion: str = _field("what to change", "")
     filename: str = _field("user source line that produced the tensor (none in its HLO, as for a backward pass's "
-                           "gradient reduction: its graph's line)", UNKNOWN_NAME)
+                           "gradient reduction: its graph's line, and ``place_note`` says so)", UNKNOWN_NAME)
     lineno: int = _field("line", 0)
     function: str = _field("function", UNKNOWN_NAME)
     op_type: str = _field("the op that needed it (HLO metadata)", "")
     unknown_executions: int = _field("collectives in loops of unknown trip count, counted once", 0)
+    place_note: str = _field("where the line comes from when the collective has none of its own", "")
     pid: int = _field("process", 0)
 
 
