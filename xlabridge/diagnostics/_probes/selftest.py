@@ -61,6 +61,9 @@ def expectations(events: Sequence[ev.Event], *, with_xla: bool, imported_xla: bo
              "no CPU node with fallback ops")
         need("xla.bridge", bool(of(ev.XlaGraphSeen)), "no XLA graph hash")
         need("xla.sync", any(s.frames for s in of(ev.Sync)), "no torch_xla.sync() with its stack")
+        kinds = {s.what for s in of(ev.Sync)}
+        need("xla.sync", "torch_xla.compile" in kinds, "no torch_xla.compile region")
+        need("xla.sync", "xm.wait_device_ops" in kinds, "no xm.wait_device_ops()")
         if imported_xla:
             need("python.imports", any(i.module == "torch_xla" for i in of(ev.Imported)), "no import of torch_xla")
         need("xla.metrics", any(c.executions for c in of(ev.GraphCalled)), "no execution counted")

@@ -44,6 +44,10 @@ def _program() -> dict[str, str]:
         if with_xla:
             torch.compile(lambda x: x * 2, backend="xlabridge")(torch.randn(4, device=device))
             torch_xla.sync()
+            torch_xla.compile(lambda x: x.sin())(torch.randn(4, device=device))  # a compile region
+            import torch_xla.core.xla_model as xm
+
+            xm.wait_device_ops()
     finally:
         _session.stop(recorder)
     return expectations(recorder.events, with_xla=with_xla, imported_xla=imported_xla)
