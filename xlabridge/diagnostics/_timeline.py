@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._timesplit import outside
+from xlabridge.diagnostics._timesplit import Holes
 from xlabridge.diagnostics.report import Span, SpanKind
 
 
@@ -60,8 +60,9 @@ def spans(events: Sequence[ev.Event], graph_index: dict[int, int]) -> list[Span]
             rest = event.calls - len(event.spans)
             if rest > 0:
                 add(SpanKind.EXECUTE, event.t, 0.0, f"FX graph {graph}: {rest} more calls (summed, not placed)", graph, rest)
+    holes = Holes(compiled_code)
     for event in events:
-        if isinstance(event, ev.Sync) and outside([(event.start, event.t)], compiled_code) > 0.5 * (event.t - event.start):
+        if isinstance(event, ev.Sync) and holes.outside(event.start, event.t) > 0.5 * (event.t - event.start):
             add(SpanKind.LAZY, event.start, event.t - event.start, f"{event.what}()")
     out.sort(key=lambda s: (s.start, s.kind))
     return out

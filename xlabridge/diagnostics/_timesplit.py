@@ -29,6 +29,7 @@ From its events:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 
 from xlabridge.diagnostics import events as ev
@@ -55,12 +56,34 @@ def length(intervals: Iterable[Interval]) -> float:
 
 
 def outside(intervals: Iterable[Interval], holes: Iterable[Interval]) -> float:
-    """Seconds covered by ``intervals`` and by none of ``holes``."""
-    covered = merged(intervals)
-    cut = merged(holes)
-    return length(covered) - length(
-        (max(a, c), min(b, d)) for a, b in covered for c, d in cut if min(b, d) > max(a, c)
-    )
+    """Seconds covered by ``intervals`` and by none of ``holes`` (both merged, then swept once)."""
+    covered, cut = merged(intervals), merged(holes)
+    inside, j = 0.0, 0
+    for start, stop in covered:
+        while j < len(cut) and cut[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(cut) and cut[k][0] < stop:
+            inside += min(stop, cut[k][1]) - max(start, cut[k][0])
+            k += 1
+    return length(covered) - inside
+
+
+class Holes:
+    """Intervals merged once, to ask of many single intervals how much of each lies outside them."""
+
+    def __init__(self, intervals: Iterable[Interval]) -> None:
+        self.cut = merged(intervals)
+        self.starts = [start for start, _ in self.cut]
+
+    def outside(self, start: float, stop: float) -> float:
+        """Seconds of ``[start, stop]`` in none of the intervals."""
+        inside = 0.0
+        k = max(bisect.bisect_right(self.starts, start) - 1, 0)
+        while k < len(self.cut) and self.cut[k][0] < stop:
+            inside += max(0.0, min(stop, self.cut[k][1]) - max(start, self.cut[k][0]))
+            k += 1
+        return (stop - start) - inside
 
 
 def outermost(syncs: Sequence[ev.Sync]) -> list[ev.Sync]:
@@ -100,7 +123,8 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     execution = calls - compiled(ev.XlaPhase.CALL) - cpu
     inside_compiled = compiling + extracting + call_spans
     syncs = [e for e in events if isinstance(e, ev.Sync)]
-    own_syncs = [s for s in outermost(syncs) if outside([(s.start, s.t)], inside_compiled) > 0.5 * (s.t - s.start)]
+    holes = Holes(inside_compiled)
+    own_syncs = [s for s in outermost(syncs) if holes.outside(s.start, s.t) > 0.5 * (s.t - s.start)]
     lazy = outside([(s.start, s.t) for s in syncs], inside_compiled + imports) - sum(s.compile_seconds for s in own_syncs)
     transfers = _transfers(events, called, summed)
     wall = end.t - end.start
