@@ -131,7 +131,6 @@ def _payload(
 ) -> str:
     """The backend config of the Mosaic kernel for a ``[L, R, K]`` input, lowered for TPU."""
     import jax
-    from jaxlib.mlir import ir
 
     from xlabridge.mx import _mosaic
 
@@ -147,6 +146,15 @@ def _payload(
         .trace(jax.ShapeDtypeStruct(_mosaic.stored_shape(shape3, rows_minor.x), stored_dtype))
         .lower(lowering_platforms=("tpu",))
     )
+    return kernel_config(lowered, "MXFP8")
+
+
+def kernel_config(lowered, kind: str) -> str:
+    """The backend config of the one Mosaic kernel in ``lowered`` (a JAX program lowered for TPU):
+    what torch_xla's ``tpu_custom_call`` takes; ``kind`` names the kernel in the error."""
+    import jax
+    from jaxlib.mlir import ir
+
     configs = []
 
     def visit(op):
@@ -157,7 +165,7 @@ def _payload(
     lowered.compiler_ir("stablehlo").operation.walk(visit)
     if len(configs) != 1:
         raise RuntimeError(
-            f"lowering the MXFP8 Mosaic kernel for TPU gave {len(configs)} {_TARGET} operations, expected 1 "
+            f"lowering the {kind} Mosaic kernel for TPU gave {len(configs)} {_TARGET} operations, expected 1 "
             f"(jax {jax.__version__}): xlabridge cannot hand it to torch_xla"
         )
     return configs[0]

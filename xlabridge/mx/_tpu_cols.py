@@ -101,7 +101,6 @@ def _payload(kind: str, shape3: tuple[int, int, int], dtype: str, block_size: in
              vmem_bytes: int | None = None) -> str:
     """The backend config of a Mosaic kernel (``kind``: cols, both, dequant) lowered for TPU."""
     import jax
-    from jaxlib.mlir import ir
 
     if kind == "dequant":
         from xlabridge.mx import _mosaic_dequant
@@ -122,17 +121,4 @@ def _payload(kind: str, shape3: tuple[int, int, int], dtype: str, block_size: in
         .trace(*args)
         .lower(lowering_platforms=("tpu",))
     )
-    configs = []
-
-    def visit(op):
-        if op.name == "stablehlo.custom_call" and ir.StringAttr(op.attributes["call_target_name"]).value == _TARGET:
-            configs.append(ir.StringAttr(op.attributes["backend_config"]).value)
-        return ir.WalkResult.ADVANCE
-
-    lowered.compiler_ir("stablehlo").operation.walk(visit)
-    if len(configs) != 1:
-        raise RuntimeError(
-            f"lowering the MXFP8 {kind} Mosaic kernel for TPU gave {len(configs)} {_TARGET} operations, expected 1 "
-            f"(jax {jax.__version__}): xlabridge cannot hand it to torch_xla"
-        )
-    return configs[0]
+    return _tpu.kernel_config(lowered, f"MXFP8 {kind}")
