@@ -49,6 +49,8 @@ class PathKind(str, enum.Enum):
     """Through AOTAutograd, as ``openxla`` compiles every graph."""
     INDUCTOR = "inductor"
     """Not an XLA graph: inductor compiles it."""
+    TORCHTPU = "tpu-backend"
+    """TorchTPU's ``backend="tpu"`` compiles it (AOTAutograd, its split compiler, XLA:TPU)."""
 
 _GRAD_MODE_SWITCHES = frozenset({torch._C._set_grad_enabled, torch.set_grad_enabled})
 

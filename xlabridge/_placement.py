@@ -1,4 +1,4 @@
-"""Decides where one Dynamo FX graph runs: through XLA, or natively (inductor).
+"""Decides where one Dynamo FX graph runs: through XLA (torch_xla), TorchTPU, or natively (inductor).
 
 A graph runs on XLA when any tensor in it lives on an XLA device, as an input or created
 inside it. Graphs that also hold CPU tensors go to XLA as well: openxla accepts them, and
@@ -6,13 +6,20 @@ xlabridge must accept whatever openxla does. A graph whose tensors are all on th
 to XLA too where torch_xla is installed, as openxla would take it: on an XLA machine that is
 usually a model or input not moved to the device, which the diagnostics then report; without
 torch_xla it goes to inductor. Graphs with CUDA tensors go to inductor.
+
+On a TorchTPU machine (torch_tpu, torch 2.11 and later; torch_xla cannot be installed beside it)
+a graph with a tensor on TorchTPU's ``tpu`` device goes to TorchTPU's ``backend="tpu"``, and so
+does a graph whose tensors are all on the CPU where a TPU is present or where the diagnostics
+stand in for one (``diagnostics.torchtpu_stand_in``: no TPU, TorchTPU's programs run on CPU and
+are reported, as ``backend="tpu"`` would compile them); without either it goes to inductor,
+so the script also runs on a machine with neither.
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -22,6 +29,7 @@ from xlabridge import _optional
 
 class Target(enum.Enum):
     XLA = "xla"
+    TORCHTPU = "torchtpu"
     NATIVE = "native"
 
 
@@ -32,8 +40,10 @@ class Placement(enum.Enum):
     """At least one tensor on an XLA device."""
     CPU_ONLY = "cpu-only"
     """Every tensor on the CPU."""
+    TPU = "tpu"
+    """At least one tensor on TorchTPU's ``tpu`` device."""
     OTHER = "other"
-    """A tensor on another device (CUDA...), none on XLA."""
+    """A tensor on another device (CUDA...), none on XLA or TorchTPU's ``tpu``."""
 
 
 def tensors_in(value: Any) -> Iterable[torch.Tensor]:
@@ -97,12 +107,21 @@ def placement(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Placem
     devices = {t.device.type for t in tensors}
     if "xla" in devices:
         return Placement.XLA
+    if "tpu" in devices:
+        return Placement.TPU
     return Placement.CPU_ONLY if devices <= {"cpu"} else Placement.OTHER
 
 
-def resolve_target(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[Target, Placement]:
-    """Where ``gm`` runs, and where its tensors are (see the module's rule)."""
+def resolve_target(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, torchtpu_for_cpu: Callable[[], bool] = lambda: False
+) -> tuple[Target, Placement]:
+    """Where ``gm`` runs, and where its tensors are (see the module's rule). ``torchtpu_for_cpu``:
+    whether TorchTPU takes a graph whose tensors are all on the CPU (asked only where it is installed)."""
     where = placement(gm, example_inputs)
     if where is Placement.XLA or (where is Placement.CPU_ONLY and _optional.is_available("torch_xla")):
         return Target.XLA, where
+    if where is Placement.TPU or (
+        where is Placement.CPU_ONLY and _optional.is_available("torch_tpu") and torchtpu_for_cpu()
+    ):
+        return Target.TORCHTPU, where
     return Target.NATIVE, where

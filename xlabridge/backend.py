@@ -9,7 +9,9 @@ can be needed and nothing would differ, through AOTAutograd (``openxla`` itself)
 Graphs whose tensors are all on the CPU take the same way where torch_xla is installed, as
 ``openxla`` would take them (the diagnostics report them: usually a model not moved to the
 device); graphs on CUDA, or anywhere without torch_xla, go to inductor, so the same script also
-runs on a GPU or CPU machine. Each graph, and the path chosen with its reason, goes to the
+runs on a GPU or CPU machine. On a TorchTPU machine (torch 2.11 and later, ``torch_tpu``), graphs
+with a tensor on its ``tpu`` device go to ``backend="tpu"`` (``_placement`` says when CPU graphs
+do too), as the same Dynamo graph would reach it, so its results are TorchTPU's. Each graph, and the path chosen with its reason, goes to the
 diagnostics (``xlabridge.diagnostics.record_graph`` / ``record_compile_path``, which do nothing
 unless a report is being collected); the persistent cache (``xlabridge.cache``) is configured
 before the first XLA graph compiles.
@@ -79,6 +81,22 @@ def _compile_for_xla(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], wh
     return torchxla.openxla(gm, example_inputs)
 
 
+def _compile_for_torchtpu(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], where: Placement) -> Callable:
+    from torch._dynamo.backends.registry import lookup_backend
+
+    reason = "a tensor on TorchTPU's tpu device" if where is Placement.TPU else (
+        "all tensors on the CPU, TorchTPU installed" + (", no TPU: run on CPU in its place while diagnosed"
+                                                         if diagnostics.torchtpu_stand_in() else ""))
+    diagnostics.record_compile_path(target=Target.TORCHTPU.value, path=PathKind.TORCHTPU.value, reason=reason,
+                                    cpu_only=where is Placement.CPU_ONLY)
+    return lookup_backend("tpu")(gm, example_inputs)
+
+
+def _torchtpu_for_cpu() -> bool:
+    """TorchTPU takes all-CPU graphs where a TPU is present or where the diagnostics stand in for one."""
+    return diagnostics.torchtpu_stand_in() or diagnostics.tpu_present()
+
+
 def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
     from torch._inductor.compile_fx import compile_fx
 
@@ -103,7 +121,7 @@ def xlabridge_backend(
     diagnostics.record_graph(gm, backend=BACKEND_NAME)
     if settings.device == "xla":
         _optional.require("torch_xla", "xlabridge backend option device='xla'")
-    target, where = resolve_target(gm, example_inputs)
+    target, where = resolve_target(gm, example_inputs, torchtpu_for_cpu=_torchtpu_for_cpu)
     if settings.device == "xla" and where is not Placement.XLA:
         raise DeviceMismatchError(
             f"xlabridge: device='xla' was requested, but {describe_inputs(gm, example_inputs)}. "
@@ -114,9 +132,12 @@ def xlabridge_backend(
         if settings.autocast_parity:
             _enable_autocast_parity(gm)
         return _compile_for_xla(gm, example_inputs, where)
+    if target is Target.TORCHTPU:
+        return _compile_for_torchtpu(gm, example_inputs, where)
     logger.debug("native graph (%s): inductor", where.value)
     diagnostics.record_compile_path(
         target=Target.NATIVE.value, path=PathKind.INDUCTOR.value,
-        reason="no tensor on an XLA device" if where is Placement.OTHER else "all tensors on the CPU and no torch_xla",
+        reason="no tensor on an XLA or TPU device" if where is Placement.OTHER
+        else "all tensors on the CPU, no torch_xla, no TPU",
     )
     return _compile_with_inductor(gm, example_inputs)

@@ -19,6 +19,8 @@ from xlabridge.diagnostics._api import (
     explain,
     record_compile_path,
     record_graph,
+    torchtpu_stand_in,
+    tpu_present,
 )
 from xlabridge.diagnostics._build import build_report
 from xlabridge.diagnostics.compare import Comparison, compare
@@ -37,6 +39,8 @@ __all__ = [
     "record_compile_path",
     "record_graph",
     "render_text",
+    "torchtpu_stand_in",
+    "tpu_present",
     "write_html",
     "write_trace",
 ]

@@ -16,7 +16,7 @@ import torch
 from xlabridge.diagnostics import _recorder, _session, _tpu_pass
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._build import build_report
-from xlabridge.diagnostics._probes import dynamo_graphs
+from xlabridge.diagnostics._probes import dynamo_graphs, torchtpu
 from xlabridge.diagnostics.report import Report
 
 
@@ -107,3 +107,21 @@ def record_compile_path(*, target: str, path: str, reason: str, cpu_only: bool =
         **_recorder.stamp(), compile_id=dynamo_graphs.current_compile_id(), target=target, path=path,
         reason=reason, cpu_only=cpu_only,
     ))
+
+
+def torchtpu_stand_in() -> bool:
+    """Whether TorchTPU's programs run on CPU in their place now: observed, torch_tpu installed, no TPU.
+
+    Then ``backend="tpu"`` (and ``xlabridge`` on a TorchTPU machine) compiles as far as TorchTPU can
+    without a chip, and each partition it would lower runs on CPU and is reported (``torchtpu`` probe).
+    """
+    from xlabridge import _optional
+
+    return _recorder.active() and _optional.is_available("torch_tpu") and torchtpu.stand_in()
+
+
+def tpu_present() -> bool:
+    """Whether torch_tpu finds a TPU on this machine (False without torch_tpu)."""
+    from xlabridge import _optional
+
+    return _optional.is_available("torch_tpu") and torchtpu.tpu_present()

@@ -217,7 +217,7 @@ class _ProcessBuilder:
             hashes = sorted(seen.get(bridge.graph, []), key=lambda s: s.segment)
             self.report.xla_graphs.append(XlaGraph(
                 index=index, compile_id=bridge.compile_id, role=bridge.role, fx_ops=bridge.fx_ops,
-                xla_graphs=sum(s.kind == ev.SegmentKind.XLA for s in segments),
+                xla_graphs=sum(s.kind in _PROGRAMS for s in segments), compiler=bridge.compiler,
                 compiles=sum(c.count for c in graph_compiles),
                 compile_seconds=sum(c.seconds for c in graph_compiles),
                 extraction_seconds=(partition.t - partition.start) if partition else None,
@@ -232,23 +232,33 @@ class _ProcessBuilder:
                 graph=bridge.graph, pid=self.pid, **place,
             ))
             for segment in segments:
-                if segment.kind != ev.SegmentKind.CPU or segment.node is None:
+                if segment.kind == ev.SegmentKind.XLA or segment.node is None:
                     continue
                 node = segment.node
                 fell_back = bool(node.fallback_ops)
                 op = node.fallback_ops[0] if fell_back else node.op
-                cause = causes.classify_hlo_break(op, fell_back=fell_back)
+                cause = (causes.COLLECTIVE_SPLIT if segment.kind == ev.SegmentKind.COLLECTIVE
+                         else causes.classify_hlo_break(op, fell_back=fell_back))
                 self.report.hlo_breaks.append(HloBreak(
                     op=op, category=cause.category, suggestion=cause.suggestion, graph=index, node=node.name,
                     **self._where(self._callers(bridge.compile_id) + list(node.frames)),
                 ))
         self._cpu_only_findings()
+        stood_in = [b.graph for b in self.of(ev.BridgeGraph) if b.stand_in]
+        if stood_in:
+            self.report.warnings.append(
+                f"no TPU in process {self.pid}: TorchTPU's programs ({len(stood_in)} graph(s)) ran on the CPU in their "
+                "place, as xlabridge's stand-in, so their execution times are the CPU's; their TPU view is "
+                "compiled for TPU (--tpu), not run")
 
     def _cpu_only_findings(self) -> None:
         """One finding per FX graph of Dynamo compiled for XLA with every tensor on the CPU."""
         ours = [g for g in self.report.xla_graphs if g.pid == self.pid]
-        cpu_only = {e.compile_id for e in self.of(ev.CompilePath) if e.cpu_only}
-        cpu_only |= {b.compile_id for b in self.of(ev.BridgeGraph) if b.input_devices == ["cpu"]}
+        # TorchTPU's graphs run on CPU where there is no TPU (the stand-in, which the report states
+        # once): only torch_xla's CPU graphs are a misplaced model
+        cpu_only = {e.compile_id for e in self.of(ev.CompilePath) if e.cpu_only and e.target == "xla"}
+        cpu_only |= {b.compile_id for b in self.of(ev.BridgeGraph)
+                     if b.input_devices == ["cpu"] and b.compiler == "torch_xla"}
         for compile_id in sorted(cpu_only):
             graphs = [g.index for g in ours if g.compile_id == compile_id]
             self.report.findings.append(Finding(
@@ -258,6 +268,10 @@ class _ProcessBuilder:
                 "meant for the CPU compiles faster with backend='inductor'.",
                 graph=graphs[0] if graphs else None,
             ))
+
+
+_PROGRAMS = (ev.SegmentKind.XLA, ev.SegmentKind.COLLECTIVE)
+"""Segments compiled as XLA programs (a TorchTPU collective is one of its own)."""
 
 
 def _group_recompiles(recompiles: Sequence[Recompile]) -> list[RecompileGroup]:

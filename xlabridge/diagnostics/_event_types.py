@@ -62,6 +62,17 @@ class SegmentKind(str, enum.Enum):
     """One XLA graph."""
     CPU = "cpu"
     """One node run outside XLA, on the host."""
+    COLLECTIVE = "collective"
+    """A collective compiled as a program of its own (TorchTPU's split compiler cuts graphs there)."""
+
+
+class HloFormat(str, enum.Enum):
+    """The form in which an XLA graph's module was saved."""
+
+    HLO_PROTO = "hlo-proto"
+    """torch_xla's HLO module proto (``.hlo.pb``)."""
+    STABLEHLO = "stablehlo"
+    """StableHLO text (``.mlir``): TorchTPU's partitions, lowered here by torchax and ``jax.export``."""
 
 
 class XlaPhase(str, enum.Enum):
@@ -192,7 +203,8 @@ class CompilePath(Event):
 
 @dataclasses.dataclass(kw_only=True)
 class BridgeGraph(Event):
-    """An FX graph reached torch_xla's Dynamo bridge (``openxla``, ``openxla_eval``, ``xlabridge``)."""
+    """An FX graph reached an XLA compiler's front end: torch_xla's Dynamo bridge (``openxla``,
+    ``openxla_eval``, ``xlabridge``), or TorchTPU's split compiler (``tpu``, ``xlabridge``)."""
 
     type: ClassVar[EventType] = EventType.BRIDGE_GRAPH
     graph: int = _field("number of this graph in the process, from 0")
@@ -200,6 +212,9 @@ class BridgeGraph(Event):
     role: str = _field("``forward`` or ``backward`` (AOTAutograd's, recognised by its tangents)")
     fx_ops: int = _field("call nodes in the graph the bridge received")
     input_devices: list[str] = _field("device types of its tensor inputs (``xla``, ``cpu``)", factory=list)
+    compiler: str = _field("``torch_xla`` (its Dynamo bridge) or ``torchtpu`` (TorchTPU's split compiler)", "torch_xla")
+    stand_in: bool = _field("TorchTPU without a TPU: its programs ran on CPU in their place (times are the CPU's)",
+                            False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +233,7 @@ class SegmentRecord:
 
     kind: SegmentKind = _field("``xla`` or ``cpu``")
     ops: tuple[str, ...] = _field("op names of its nodes, in order")
-    node: CpuNode | None = _field("for a ``cpu`` segment, the node", None)
+    node: CpuNode | None = _field("for a ``cpu`` segment, the node; for a ``collective`` one, the collective", None)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -244,6 +259,9 @@ class XlaGraphSeen(Event):
     hlo_file: str | None = _field("HLO module proto saved beside the log (``capture_hlo=True``), relative to it", None)
     num_partitions: int = _field("devices the graph is partitioned over (SPMD: the mesh's device count), else 1", 1)
     frames: list[Frame] = _field("the user stack that produced the graph (lazy graphs: the sync or host read)", factory=list)
+    hlo_format: HloFormat = _field("the form of ``hlo_file``: ``hlo-proto`` (torch_xla) or ``stablehlo`` (TorchTPU)",
+                                   HloFormat.HLO_PROTO)
+    hlo_error: str = _field("why no ``hlo_file`` was saved, where saving was asked for (a failed lowering)", "")
 
 
 @dataclasses.dataclass(kw_only=True)

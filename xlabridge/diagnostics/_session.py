@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from xlabridge.diagnostics import _environment, _frames, _recorder
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._probes import dynamo_compiles, registry, selftest, xla_helper, xla_metrics
+from xlabridge.diagnostics._probes import dynamo_compiles, registry, selftest, torchtpu, xla_helper, xla_metrics
 
 _baselines: dict[int, tuple[float, xla_metrics.Snapshot]] = {}
 _selftest: selftest.Run | None = None
@@ -42,6 +42,7 @@ def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
     ended = ended or _recorder.stamp()
     try:
         _recorder.safely(xla_helper.INFO.name, "summing calls", xla_helper.flush)
+        _recorder.safely(torchtpu.INFO.name, "summing calls", torchtpu.flush)
         _recorder.safely(dynamo_compiles.INFO.name, "reading compilation metrics", dynamo_compiles.drain)
         started, baseline = _baselines.pop(id(recorder), (recorder.events[0].t, xla_metrics.Snapshot()))
         _recorder.safely("xla.metrics", "reading totals", _totals, recorder, baseline)
@@ -56,6 +57,16 @@ def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
         _recorder.detach(recorder)
         if not _recorder.active():
             registry.restore()
+    # after the observed time, and unobserved: lowering imports JAX, which is not the program's work
+    _recorder.safely(torchtpu.INFO.name, "writing TorchTPU's graphs", torchtpu.write_graphs, recorder,
+                     _lower_torchtpu if recorder.capture_hlo else None)
+
+
+def _lower_torchtpu(partition: torchtpu.Partition) -> str:
+    """A TorchTPU partition as StableHLO for the TPU view (TorchTPU's own lowering needs a chip)."""
+    from xlabridge.torchtpu._lower import lower_to_stablehlo
+
+    return lower_to_stablehlo(partition)
 
 
 def _totals(recorder: _recorder.Recorder, baseline: xla_metrics.Snapshot) -> None:

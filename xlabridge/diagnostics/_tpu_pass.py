@@ -1,7 +1,7 @@
 """The TPU view's compiles: each distinct XLA graph of a run compiled for a TPU topology, after it.
 
-Input: the run's events. Every ``xla_graph`` event whose HLO module proto was saved
-(``hlo_file``, relative to ``base``) names a graph; distinct ``(hash, num_partitions)`` pairs
+Input: the run's events. Every ``xla_graph`` event whose module was saved (``hlo_file``, relative
+to ``base``: torch_xla's HLO proto, or the StableHLO of a TorchTPU partition) names a graph; distinct ``(hash, num_partitions)`` pairs
 are compiled once each, in one ``xlabridge.tpu.TpuCompiler`` worker (libtpu never loads in
 this process), after the user's code has finished, so the run's own steps are not slowed.
 Output: one ``tpu_compiled`` event per graph and one ``tpu_pass`` event with the pass's cost;
@@ -114,14 +114,16 @@ def _compile_one(compiler, graph: ev.XlaGraphSeen, base: Path, topology: str, sa
         return ev.TpuCompiled(**_recorder.stamp(), start=started, **common, **fields)
 
     if graph.hlo_file is None:
-        return event(error="no HLO proto was saved for this graph (the bridge probe could not capture it)")
+        return event(error=graph.hlo_error or "no HLO proto was saved for this graph (the bridge probe could not capture it)")
     path = base / graph.hlo_file
+    stablehlo = graph.hlo_format == ev.HloFormat.STABLEHLO
     try:
-        proto = path.read_bytes()
+        module = path.read_text(encoding="utf-8") if stablehlo else path.read_bytes()
     except OSError as error:
-        return event(error=f"cannot read the graph's HLO proto {path}: {error}")
+        return event(error=f"cannot read the graph's {'StableHLO' if stablehlo else 'HLO proto'} {path}: {error}")
+    compile_module = compiler.compile_stablehlo if stablehlo else compiler.compile_hlo_proto
     try:
-        result = compiler.compile_hlo_proto(proto, num_partitions=graph.num_partitions, name=graph.hash[:16])
+        result = compile_module(module, num_partitions=graph.num_partitions, name=graph.hash[:16])
     except TpuCompileError as error:
         return event(error=f"XLA:TPU refused the graph: {error.xla_message[:_ERROR_CHARS]}")
     except (TpuWorkerError, ValueError) as error:

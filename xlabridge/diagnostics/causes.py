@@ -108,6 +108,17 @@ HOST_TENSOR = Cause(
 )
 
 
+COLLECTIVE_SPLIT = Cause(
+    "collective-split",
+    r".",
+    "TorchTPU's split compiler compiles each collective outside an `spmd_safe` region as a "
+    "program of its own, cutting the graph around it (XLA cannot fuse or overlap across the cut). "
+    "Where every rank runs the same ops in the same order and shapes, decorate the function "
+    "with `torch_tpu.spmd_safe` so the collective is compiled into the surrounding program.",
+)
+"""The cut a collective makes in a TorchTPU graph (its ``collective`` segments)."""
+
+
 RECOMPILE_CAUSES: tuple[Cause, ...] = (
     Cause(
         "another-backend",

@@ -44,6 +44,7 @@ from xlabridge.diagnostics._event_types import (
     GraphCaptured,
     GraphCollectives,
     GraphOrigin,
+    HloFormat,
     Imported,
     LazyGraphSeen,
     LazyRun,
@@ -83,6 +84,7 @@ __all__ = [
     "GraphCaptured",
     "GraphCollectives",
     "GraphOrigin",
+    "HloFormat",
     "Imported",
     "LazyGraphSeen",
     "LazyRun",
@@ -151,7 +153,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
 
 
 _NESTED = {"Frame": Frame, "CpuNode": CpuNode, "SegmentRecord": SegmentRecord, "LazyRun": LazyRun, "FxLine": FxLine}
-_ENUMS = {"ProbeState": ProbeState, "SegmentKind": SegmentKind, "XlaPhase": XlaPhase, "GraphOrigin": GraphOrigin}
+_ENUMS = {"ProbeState": ProbeState, "SegmentKind": SegmentKind, "XlaPhase": XlaPhase, "GraphOrigin": GraphOrigin,
+          "HloFormat": HloFormat}
 
 
 def _field_types(cls: type) -> dict[str, str]:

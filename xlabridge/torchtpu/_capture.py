@@ -9,10 +9,11 @@ collectives) and ``StaticCompiler`` (more FX passes: ``decompose_auto_functional
 the graph is run on the ``tpu`` device in a tracing mode) and compiles it with PJRT. All of that
 is Python on FakeTensors, and runs here, except ``_compile``: it needs a TPU.
 
-``GraphCapture`` runs TorchTPU's own backend with ``StaticCompiler._compile`` replaced by a
-recorder (through ``_backend.make_backend_compiler``, the one seam, patched for the duration of
-the backend call): each partition is recorded exactly as ``fx_to_mlir`` would receive it, and
-run on CPU in its place, so the user's program goes on with eager-CPU results.
+``GraphCapture`` runs TorchTPU's own backend with the compiler it makes observed by the
+diagnostics' TorchTPU probe (``observe_compiler``, through ``_backend.make_backend_compiler``,
+patched for the duration of the backend call; the probe is the one place that touches TorchTPU's
+compiler): each partition is recorded exactly as ``fx_to_mlir`` would receive it, and run on CPU
+in its place, so the user's program goes on with eager-CPU results.
 
 One of TorchTPU's passes is skipped while capturing: ``mark_embedded_constants`` turns each
 constant the graph holds (``get_attr``: GPT-2's attention bias, an empty cache) into a TorchTPU
@@ -36,6 +37,7 @@ from typing import Any
 import torch
 
 from xlabridge import _env, _optional
+from xlabridge.diagnostics._probes import torchtpu as torchtpu_probe
 from xlabridge.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
@@ -115,20 +117,7 @@ class TpuGraph:
         }
 
 
-def skip_tpu_metadata_query() -> bool:
-    """Where torch_tpu finds no TPU, tell libtpu not to query the GCE metadata server (``_env``).
-
-    Returns whether it was set here. Off a TPU VM, libtpu's PJRT client, which TorchTPU starts
-    at the first ``backward()`` of the process (the autograd engine asks its device guard for a
-    device count), retries that server for minutes before giving up.
-    """
-    from torch_tpu._internal.utils import hardware
-
-    if _env.get(_env.TPU_SKIP_MDS_QUERY) is not None or hardware.get_tpu_device_count():
-        return False
-    _env.put(_env.TPU_SKIP_MDS_QUERY, "1")
-    logger.debug("no TPU here: %s=1 (libtpu skips the GCE metadata server)", _env.TPU_SKIP_MDS_QUERY)
-    return True
+skip_tpu_metadata_query = torchtpu_probe.skip_tpu_metadata_query
 
 
 def _user_line(node: torch.fx.Node) -> str | None:
@@ -139,18 +128,6 @@ def _user_line(node: torch.fx.Node) -> str | None:
         return None
     last = frames[-1]
     return f"{last.group('file')}:{last.group('line')}"
-
-
-def _specs(name: str, inputs: Sequence[Any]) -> list[tuple[tuple[int, ...], torch.dtype]]:
-    specs = []
-    for position, value in enumerate(inputs):
-        if not isinstance(value, torch.Tensor):
-            raise NotImplementedError(
-                f"{name}: input {position} is a {type(value).__name__}, not a tensor: symbolic shapes are not "
-                "captured (TorchTPU compiles with dynamic=False by default)"
-            )
-        specs.append((tuple(int(size) for size in value.shape), value.dtype))
-    return specs
 
 
 class GraphCapture:
@@ -195,57 +172,39 @@ class GraphCapture:
 
     @contextlib.contextmanager
     def _recording(self, index: int, compile_id: str, started: float) -> Iterator[None]:
-        from torch_tpu._internal.compile import _backend, compiler, split_compiler
-        from torch_tpu._internal.compile.fx_passes import mark_embedded_constants
-        from torch_tpu._internal.distributed import collective_ops
+        from torch_tpu._internal.compile import _backend
 
         capture = self
-        partitions = {True: itertools.count(), False: itertools.count()}
+        partitions = {"forward": itertools.count(), "backward": itertools.count()}
 
-        class _Recorder(compiler.StaticCompiler):
-            # StaticCompiler._compile's signature in torch_tpu 0.2.0 (its __call__ passes all positionally)
-            def _compile(self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                         is_fwd: bool = True, bounds: Any = None, argument_layouts: Any = None,
-                         dynamic_outputs: Any = None, donated_inputs: Any = None,
-                         module_name: str | None = None) -> Any:
-                kind = "forward" if is_fwd else "backward"
-                name = f"graph{index} {kind}"
-                lines, splits = {}, []
-                for node in graph_module.graph.nodes:
-                    if node.op != "call_function":
-                        continue
-                    line = _user_line(node)
-                    if line is not None:
-                        lines[node.name] = line
-                    target = getattr(node.target, "overloadpacket", node.target)
-                    if collective_ops.is_collective_op(target):
-                        splits.append(CollectiveSplit(str(target), line))
-                capture.graphs.append(TpuGraph(
-                    index, compile_id, kind, next(partitions[is_fwd]), module_name, graph_module,
-                    _specs(name, example_inputs), lines, splits, time.perf_counter() - started,
-                ))
+        def on_partition(partition: torchtpu_probe.Partition) -> None:
+            lines = {}
+            for node in partition.graph_module.graph.nodes:
+                line = _user_line(node) if node.op == "call_function" else None
+                if line is not None:
+                    lines[node.name] = line
+            splits = [CollectiveSplit(str(getattr(n.target, "overloadpacket", n.target)), _user_line(n))
+                      for n in partition.collectives]
+            capture.graphs.append(TpuGraph(
+                index, compile_id, partition.kind, next(partitions[partition.kind]), partition.module_name,
+                partition.graph_module, partition.input_specs, lines, splits, time.perf_counter() - started,
+            ))
 
-                def run_on_cpu(*inputs: Any) -> Any:
-                    if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
-                        inputs = tuple(inputs[0])
-                    return graph_module(*inputs)
+        original = _backend.make_backend_compiler
 
-                return run_on_cpu
+        def make_backend_compiler(*args: Any, **kwargs: Any) -> Any:
+            made = original(*args, **kwargs)
+            if not torchtpu_probe.observe_compiler(made, on_partition, run_on_cpu=True):
+                raise NotImplementedError("GraphCapture: TorchTPU chose its dynamic-shape compiler; compile with "
+                                          "dynamic=False (TorchTPU's default)")
+            return made
 
-        def make_backend_compiler(example_inputs: Sequence[Any], async_compile: bool = False,
-                                  debug: Any = None, **kwargs: Any) -> Any:
-            return split_compiler.SplitCompiler(_Recorder(debug=debug))
-
-        def keep_constants(gm_or_graph: Any) -> None:
-            """``mark_embedded_constants`` skipped (module docstring)."""
-
-        original = _backend.make_backend_compiler, mark_embedded_constants.apply
         _backend.make_backend_compiler = make_backend_compiler
-        mark_embedded_constants.apply = keep_constants
         try:
-            yield
+            with torchtpu_probe.stand_in_patches():
+                yield
         finally:
-            _backend.make_backend_compiler, mark_embedded_constants.apply = original
+            _backend.make_backend_compiler = original
 
 
 @contextlib.contextmanager

@@ -19,7 +19,6 @@ from typing import Any
 import torch
 
 from xlabridge import _optional
-from xlabridge.torchtpu._capture import TpuGraph
 
 logger = logging.getLogger(__name__)
 
@@ -121,14 +120,18 @@ def _on_one_device(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph)
 
 
-def lower_to_stablehlo(graph: TpuGraph) -> str:
-    """The graph as StableHLO text for the TPU platform (``jax.export``, no TPU needed)."""
-    if not isinstance(graph, TpuGraph):
+def lower_to_stablehlo(graph: Any) -> str:
+    """The graph as StableHLO text for the TPU platform (``jax.export``, no TPU needed).
+
+    ``graph``: a captured partition, with its ``graph_module`` and its ``input_specs`` (each input's
+    shape and dtype): a ``TpuGraph`` of ``GraphCapture().graphs``, or the diagnostics' record of one.
+    """
+    if not isinstance(getattr(graph, "graph_module", None), torch.fx.GraphModule) or not hasattr(graph, "input_specs"):
         raise TypeError(f"graph must be a TpuGraph (GraphCapture().graphs), got {type(graph).__name__}")
     return export_graph(graph, ("tpu",)).mlir_module()
 
 
-def export_graph(graph: TpuGraph, platforms: tuple[str, ...]) -> Any:
+def export_graph(graph: Any, platforms: tuple[str, ...]) -> Any:
     """``jax.export.Exported`` of the graph for ``platforms`` (``("cpu",)`` can be run here)."""
     env = _import_torchax()
     import jax

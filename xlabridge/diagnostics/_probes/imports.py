@@ -41,7 +41,7 @@ INFO = ProbeInfo(
 WATCHED = (
     "torch_xla", "torch._dynamo", "torch._inductor", "torch._functorch", "torch.fx.experimental", "transformers",
     "torchvision", "timm", "datasets", "tokenizers", "safetensors", "accelerate", "jax", "jaxlib", "flax", "optax",
-    "triton", "scipy", "pandas", "sklearn", "numpy",
+    "triton", "scipy", "pandas", "sklearn", "numpy", "torch_tpu", "torchax",
 )
 """Packages whose imports are timed, submodules included (``scipy.signal`` long after ``scipy``):
 heavy, and imported by user scripts or lazily by ``torch.compile``. Only the outermost import of a

@@ -21,6 +21,7 @@ from xlabridge.diagnostics._probes import (
     dynamo_compiles,
     dynamo_graphs,
     imports,
+    torchtpu,
     xla_bridge,
     xla_helper,
     xla_metrics,
@@ -29,13 +30,13 @@ from xlabridge.diagnostics._probes import (
 
 PROBES: tuple[ProbeInfo, ...] = (
     imports.INFO, dynamo_compiles.INFO, dynamo_graphs.INFO, xla_helper.INFO, xla_bridge.INFO, xla_sync.INFO,
-    xla_metrics.INFO,
+    xla_metrics.INFO, torchtpu.INFO,
 )
 """Every probe, in the order the report lists them."""
 
-_INSTALLED_AT_START = (imports, dynamo_compiles, dynamo_graphs, xla_helper, xla_sync)
-"""Probes installed when observation starts, in this order (the sync probe waits on the import
-probe's hook); the bridge's are installed per extraction."""
+_INSTALLED_AT_START = (imports, dynamo_compiles, dynamo_graphs, xla_helper, xla_sync, torchtpu)
+"""Probes installed when observation starts, in this order (the sync and TorchTPU probes wait on the
+import probe's hook); the bridge's are installed per extraction."""
 
 _installation: Installation | None = None
 
@@ -100,6 +101,7 @@ def cross_check(events: Sequence[ev.Event]) -> None:
     xla_backends = {"openxla", "openxla_eval"}
     to_xla = {e.compile_id for e in of(ev.GraphCaptured) if e.backend in xla_backends}
     to_xla |= {e.compile_id for e in of(ev.CompilePath) if e.target == "xla"}
+    to_xla -= {b.compile_id for b in bridged if b.compiler == torchtpu.COMPILER}
     unbridged = sorted(to_xla - {b.compile_id for b in bridged})
     if unbridged and xla_helper.INFO.name not in not_yet:
         silent(xla_helper.INFO, f"graphs {', '.join(unbridged)} went to an XLA backend, but none reached "
@@ -107,7 +109,15 @@ def cross_check(events: Sequence[ev.Event]) -> None:
     unpartitioned = sorted({c.graph for c in first_calls} - partitioned)
     if unpartitioned and xla_bridge.INFO.name not in not_yet:
         silent(xla_bridge.INFO, f"bridge graphs {unpartitioned} ran their first call, but no partitioning was seen")
+    to_torchtpu = {e.compile_id for e in of(ev.GraphCaptured) if e.backend == "tpu"}
+    to_torchtpu |= {e.compile_id for e in of(ev.CompilePath) if e.target == "torchtpu"}
+    through = {b.compile_id for b in bridged if b.compiler == torchtpu.COMPILER}
+    unseen = sorted(to_torchtpu - through)
+    if unseen and torchtpu.INFO.name not in not_yet:
+        silent(torchtpu.INFO, f"graphs {', '.join(unseen)} went to TorchTPU's backend, but none reached its "
+               "compiler through TpuBackend._compile_graph_module")
     with_xla = {e.graph for e in of(ev.Partitioned) if any(s.kind == ev.SegmentKind.XLA for s in e.segments)}
+    with_xla -= {b.graph for b in bridged if b.compiler == torchtpu.COMPILER}
     calls = [c for c in of(ev.GraphCalled) if c.graph in with_xla]
     if calls and not any(c.executions for c in calls) and xla_metrics.INFO.name not in not_yet:
         silent(xla_metrics.INFO, "graphs with XLA segments ran, but torch_xla's execution metric did not move")

@@ -77,19 +77,21 @@ class RecompileGroup:
 class Segment:
     """A run of consecutive FX nodes executed one way: one XLA graph, or one node on the CPU."""
 
-    kind: str = _field("``xla`` (one XLA graph) or ``cpu`` (one node run on the host)")
+    kind: str = _field("``xla`` (one XLA graph), ``cpu`` (one node run on the host) or ``collective`` (TorchTPU: "
+                       "a collective compiled as a program of its own)")
     ops: list[str] = _field("op names, in order", factory=list)
 
 
 @dataclasses.dataclass
 class XlaGraph:
-    """One FX graph as torch_xla's Dynamo bridge compiled it, and what each call costs."""
+    """One FX graph as an XLA front end compiled it (torch_xla's Dynamo bridge, or TorchTPU's split
+    compiler), and what each call costs."""
 
     index: int = _field("position in ``hlo.graphs``; ``HloBreak.graph`` refers to it")
     compile_id: str = _field("Dynamo compile id it belongs to")
     role: str = _field("``forward`` or ``backward`` (AOTAutograd's, recognised by its tangents)")
     fx_ops: int = _field("call nodes in the graph the bridge received")
-    xla_graphs: int = _field("XLA graphs the bridge cut it into (``1``: not split)")
+    xla_graphs: int = _field("XLA programs it was cut into (``1``: not split); TorchTPU: a collective is one")
     compiles: int = _field("XLA compilations of it (extraction and later calls)", 0)
     compile_seconds: float = _field("their time", 0.0)
     extraction_seconds: float | None = _field("the bridge's extraction at the first call (partitioning, tracing, compiling)", None)
@@ -108,14 +110,17 @@ class XlaGraph:
                            "forward's", UNKNOWN_NAME)
     lineno: int = _field("line", 0)
     function: str = _field("function", UNKNOWN_NAME)
+    compiler: str = _field("``torch_xla`` (its Dynamo bridge) or ``torchtpu`` (TorchTPU's split compiler)", "torch_xla")
 
 
 @dataclasses.dataclass
 class HloBreak:
-    """One FX node that ran outside XLA, cutting its FX graph into several XLA graphs."""
+    """One FX node that cut its FX graph into several XLA programs: run outside XLA (torch_xla), or a
+    collective compiled on its own (TorchTPU)."""
 
-    op: str = _field("aten op name: the fallback op, or the node's op when it touched host tensors")
-    category: str = _field("``cpu-fallback``, ``host-transfer`` or ``host-tensor`` (``causes.HLO_CAUSES``)")
+    op: str = _field("aten op name: the fallback op, the node's op when it touched host tensors, or the collective")
+    category: str = _field("``cpu-fallback``, ``host-transfer``, ``host-tensor`` (``causes.HLO_CAUSES``) or "
+                           "``collective-split`` (TorchTPU)")
     filename: str = _field("user source line of the node")
     lineno: int = _field("line")
     function: str = _field("function")

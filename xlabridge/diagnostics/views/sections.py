@@ -140,12 +140,26 @@ def _figures(graphs: list[XlaGraph]) -> list[Figure]:
     return figures
 
 
+_FRONT_ENDS = {"torch_xla": "torch_xla's Dynamo bridge", "torchtpu": "TorchTPU's split compiler"}
+
+
+def _front_ends(report: Report) -> str:
+    """The XLA front ends the report's graphs went through, in words (the bridge when there are none)."""
+    names = dict.fromkeys(g.compiler for g in report.xla_graphs) or {"torch_xla": None}
+    return " and ".join(_FRONT_ENDS.get(name, name) for name in names)
+
+
 def _hlo(report: Report) -> Section:
     section = Section(
         "hlo", "HLO lowering",
-        summary=f"{plural(len(report.xla_graphs), 'FX graph')} through the XLA bridge, "
+        summary=f"{plural(len(report.xla_graphs), 'FX graph')} through {_front_ends(report)}, "
         f"{plural(report.hlo_break_count, 'break')}",
     )
+    if any(g.compiler == "torchtpu" for g in report.xla_graphs):
+        section.notes.append(
+            "TorchTPU: its split compiler cuts a graph at each collective outside spmd_safe regions and compiles "
+            "that collective as a program of its own (a 'collective-split' break); exec/call counts the programs "
+            "one call runs")
     if report.xla_graphs:
         section.tables.append(Table(
             ["graph", "role", "fx_ops", "xla_graphs", "compiles", "compile", "exec/call", "transfers/call",
@@ -187,6 +201,11 @@ def _tpu(report: Report) -> Section | None:
         f"{size(view.hbm_capacity_bytes)} of HBM; the TPU compiles took {seconds(view.seconds)} after the run "
         f"(libtpu's own compile time {seconds(view.compile_seconds)})"
     )
+    if any(g.compiler == "torchtpu" for g in report.xla_graphs):
+        section.notes.append(
+            "TorchTPU's graphs were lowered to StableHLO here by torchax and jax.export, not by TorchTPU's own "
+            "lowering (it runs only on a TPU): kernels and HBM are XLA:TPU's for that StableHLO, whose ops can differ "
+            "from TorchTPU's (its Pallas and fused kernels; docs/torchtpu.md)")
     rows = []
     for g in view.graphs:
         if not g.compiled:
