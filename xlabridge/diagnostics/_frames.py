@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from xlabridge.diagnostics.events import Frame
 from xlabridge.diagnostics.report import UNKNOWN_NAME
 
-_FRAMEWORKS = ("torch", "torch_xla", "functorch", "xlabridge")
+_FRAMEWORKS = ("torch", "torch_xla", "functorch", "xlabridge", "torch_tpu", "torchax")
 _STDLIB = "python-stdlib"
 _SITE_DIRS = ("site-packages", "dist-packages")
 """Installed packages may live under the standard library's directory: they stay the user's."""

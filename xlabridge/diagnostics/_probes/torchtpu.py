@@ -15,8 +15,9 @@ no per-partition inputs, stacks or timing: so four names are wrapped, each calli
 * ``_SplitCompiledExecutable.__call__``: the calls of each observed graph;
 * without a TPU only (``stand_in()``): ``StaticCompiler._compile`` returns a runner of the
   partition on the CPU instead of lowering it (``fx_to_mlir`` needs a chip: docs/torchtpu.md),
-  and ``mark_embedded_constants.apply`` is skipped (it moves constants to the ``tpu`` device,
-  which FakeTensor propagation beside CPU inputs then refuses). Without a TPU TorchTPU's backend
+  ``mark_embedded_constants.apply`` is skipped (it moves constants to the ``tpu`` device,
+  which FakeTensor propagation beside CPU inputs then refuses), and ``TpuBackend.__call__``
+  traces attention in its math form (``_with_math_attention``). Without a TPU TorchTPU's backend
   cannot run at all, so the stand-in changes no result that would otherwise exist: the
   program runs with eager-CPU results and every graph TorchTPU would compile is recorded.
 
@@ -52,7 +53,7 @@ INFO = ProbeInfo(
     name="torchtpu.compiler",
     surface="torch_tpu._internal.compile: _backend.make_backend_compiler, TpuBackend._compile_graph_module, "
     "compiler.StaticCompiler.__call__ (per instance), split_compiler._SplitCompiledExecutable.__call__; "
-    "without a TPU also StaticCompiler._compile and fx_passes.mark_embedded_constants.apply",
+    "without a TPU also StaticCompiler._compile, fx_passes.mark_embedded_constants.apply, TpuBackend.__call__",
     checked="torch_tpu 0.2.0 (torch 2.15.0)",
     patch=True,
     why="TorchTPU has no hook between AOTAutograd and its lowering, and its debug_callback gives no "
@@ -209,6 +210,23 @@ def _run_on_cpu(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any
         return graph_module(*inputs)
 
     return run
+
+
+def _with_math_attention(original: Any) -> Any:
+    """``TpuBackend.__call__`` with the stand-in: attention traced in its math form.
+
+    On CPU, AOTAutograd would trace ``scaled_dot_product_attention`` to the CPU flash kernel
+    (``_scaled_dot_product_flash_attention_for_cpu`` and its backward), an op no TPU lowering
+    knows; on a TPU, TorchTPU picks its own attention kernel.
+    """
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.MATH]):
+            return original(self, *args, **kwargs)
+
+    return __call__
 
 
 def _keep_constants(gm_or_graph: Any) -> None:
@@ -415,6 +433,7 @@ def install(installation: Installation) -> None:
             if stand_in():
                 skip_tpu_metadata_query()  # before the program's first backward()
                 installation.replace(mark_embedded_constants, "apply", lambda _original: _keep_constants)
+                installation.replace(_backend.TpuBackend, "__call__", _with_math_attention)
             # the seam observe_compiler relies on: a StaticCompiler's __call__ with these parameters
             wanted = {"graph_module", "example_inputs", "is_fwd", "module_name"}
             missing = wanted - set(inspect.signature(compiler.StaticCompiler.__call__).parameters)
