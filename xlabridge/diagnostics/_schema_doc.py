@@ -22,8 +22,8 @@ _TOP_LEVEL = {
     "time": ("array of *TimeSplit*", "per process, its wall time split into exclusive shares"),
     "dynamo": ("object", "what Dynamo captured: ``graph_count``, ``break_count``, ``graphs`` (*DynamoGraph*), "
                "``breaks`` (*DynamoBreak*), ``recompiles`` (*Recompile*), ``recompile_groups`` (*RecompileGroup*)"),
-    "hlo": ("object", "how torch_xla's bridge lowered each FX graph: ``break_count``, ``graphs`` (*XlaGraph*), "
-            "``breaks`` (*HloBreak*)"),
+    "hlo": ("object", "how torch_xla's bridge (or TorchTPU's split compiler) lowered each FX graph: "
+            "``break_count``, ``graphs`` (*XlaGraph*), ``breaks`` (*HloBreak*)"),
     "tpu": ("*TpuView* or null", "the TPU view (``xlabridge report --tpu``, ``diagnose(tpu=...)``): each distinct "
             "XLA graph compiled for a TPU topology by libtpu on this machine after the run, not run on a TPU; "
             "``graphs`` (*TpuGraph*)"),

@@ -8,13 +8,14 @@ From its events:
   imports inductor lazily, inside its first compilation);
 * **tracing**: Dynamo's compilations (``dynamo_compile`` intervals: tracing plus the backend's
   compile call, AOTAutograd included) and the bridge's extractions (``partitioned``
-  intervals: partitioning and lazy tracing), less the imports and XLA compilations inside them;
+  intervals: partitioning and lazy tracing; TorchTPU's split compiles, inside Dynamo's), merged,
+  less the imports and XLA compilations inside them;
 * **XLA compilation**: every ``xla_compile`` event (inside extractions, inside later calls,
   inside Dynamo, and the rest of torch_xla's ``CompileTime`` outside compiled graphs: lazily
   traced graphs compiled at a sync or a host read);
 * **execution**: the calls of compiled graphs (``graph_called`` after the extraction, summed
-  ``graph_calls``), less the XLA compilations and CPU-fallback work inside them; waiting for
-  the device inside a call counts here;
+  ``graph_calls``), less the XLA compilations, CPU-fallback work and imports inside them; waiting
+  for the device inside a call counts here;
 * **lazy**: ``torch_xla.sync()`` and ``torch_xla.compile`` regions outside Dynamo's
   compilations, the bridge's extractions and the compiled graphs' calls (``sync`` intervals),
   less the XLA compilations inside them: the lazily traced work of a step (a step traced in a
@@ -116,11 +117,14 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     called = [e for e in events if isinstance(e, ev.GraphCalled)]
     summed = [e for e in events if isinstance(e, ev.GraphCalls)]
     call_spans = [(e.start, e.t) for e in called] + [(s, s + d) for e in summed for s, d in e.spans]
-    tracing = (outside(compiling, imports) - compiled(ev.XlaPhase.DYNAMO)
-               + outside(extracting, imports) - compiled(ev.XlaPhase.EXTRACTION))
+    # merged: TorchTPU compiles a graph's partitions inside Dynamo's compilation of its frame (torch_xla's
+    # bridge extracts at the first call, outside it); nested intervals count once
+    tracing = (outside(compiling + extracting, imports) - compiled(ev.XlaPhase.DYNAMO)
+               - compiled(ev.XlaPhase.EXTRACTION))
     calls = sum(e.t - e.start for e in called) + sum(e.seconds for e in summed)
     cpu = sum(e.cpu_fallback_seconds for e in called) + sum(e.cpu_fallback_seconds for e in summed)
-    execution = calls - compiled(ev.XlaPhase.CALL) - cpu
+    imported_in_calls = length(call_spans) - outside(call_spans, imports)  # a first call's lazy imports
+    execution = calls - compiled(ev.XlaPhase.CALL) - cpu - imported_in_calls
     inside_compiled = compiling + extracting + call_spans
     syncs = [e for e in events if isinstance(e, ev.Sync)]
     holes = Holes(inside_compiled)
