@@ -9,6 +9,8 @@ Run when every row of a report is built, from the rows alone:
   compilation of each recompiled graph (intervals that hold each other are counted once);
 * an **HLO lowering break** costs the time its FX graphs spent in CPU nodes over all their calls
   (the host work and transfers around them are inside that time);
+* a **collective split** (TorchTPU compiles a collective as a program of its own) costs what XLA
+  cannot fuse or overlap across the cut, which a compile-only view cannot time: no cost;
 * findings that are not about time (a graph that does not fit a TPU, a probe that cannot see)
   carry no cost and rank after those that do, in the order found.
 
@@ -22,6 +24,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 
+from xlabridge.diagnostics import causes
 from xlabridge.diagnostics.report import DynamoBreak, Finding, HloBreak, Recompile, Report, XlaGraph
 
 _GB_PAGE = re.compile(r"(https?://\S+/gb/gb(\d+)\.html)")
@@ -128,6 +131,16 @@ def _hlo_break_findings(report: Report) -> list[Finding]:
         calls = sum(g.calls for g in {g.index: g for g in members}.values())
         seconds = sum(g.cpu_fallback_seconds_per_call * g.calls for g in {g.index: g for g in members}.values())
         transfers = max((g.transfers_per_call for g in members), default=0)
+        if rows[0].category == causes.COLLECTIVE_SPLIT.category:
+            found.append(Finding(
+                "collective-split",
+                f"HLO lowering break: {op} is compiled as a program of its own, cutting FX graph "
+                f"{', '.join(str(r.graph) for r in rows)} into several XLA programs. {rows[0].suggestion}",
+                graph=rows[0].graph, cost=f"a program of its own in each of {calls} call(s)",
+                count=calls or len(rows), category=rows[0].category, filename=filename, lineno=lineno,
+                function=function, pid=members[0].pid if members else None,
+            ))
+            continue
         found.append(Finding(
             "hlo-break",
             f"HLO lowering break: {op} ran outside XLA ({rows[0].category}), cutting "

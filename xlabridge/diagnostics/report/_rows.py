@@ -146,7 +146,8 @@ class Finding:
     """Something the report concludes from the events, worth acting on. ``Report.findings`` is
     ranked: the costliest first (``cost_seconds``), findings without a cost in time after them."""
 
-    kind: str = _field("``dynamo-break``, ``recompiles``, ``hlo-break``, ``cpu-only-graph``, ``probe``, ``cache``, "
+    kind: str = _field("``dynamo-break``, ``recompiles``, ``hlo-break``, ``collective-split``, ``cpu-only-graph``, "
+                       "``probe``, ``cache``, "
                        "``compiled-before-observation``, ``tpu-does-not-fit``, ``tpu-refused``, "
                        "``avoidable-collective``, ``divergence``, ``uneven-compile``")
     message: str = _field("what it means and what to do")

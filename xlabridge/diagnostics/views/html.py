@@ -74,8 +74,8 @@ svg.shares text { font: 12px system-ui, sans-serif; fill: #fff; }
 _BOX_HEIGHT, _BOX_GAP, _CHAR_WIDTH, _MARGIN = 44, 56, 7.2, 12
 
 _LEGEND = (
-    "Boxes run left to right: blue ones are XLA graphs, orange ones nodes that ran on the CPU; "
-    "a red dot marks a host/device transfer at a cut. Hover a box for its ops."
+    "Boxes run left to right: blue ones are XLA graphs (a TorchTPU collective is one of its own), orange "
+    "ones nodes that ran on the CPU; a red dot marks a host/device transfer at a cut. Hover a box for its ops."
 )
 
 _TIMELINE_LEGEND = (

@@ -110,6 +110,7 @@ _KIND_NOUNS = {
     "dynamo-break": ("graph break", "graph breaks"),
     "recompiles": ("recompile", "recompiles"),
     "hlo-break": ("call through a CPU fallback", "calls through a CPU fallback"),
+    "collective-split": ("call through a collective split", "calls through a collective split"),
     "cpu-only-graph": ("graph on the CPU", "graphs on the CPU"),
     "avoidable-collective": ("avoidable collective", "avoidable collectives"),
     "divergence": ("divergence", "divergences"),

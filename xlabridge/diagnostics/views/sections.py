@@ -105,8 +105,12 @@ def _known(filename: str, lineno: int) -> bool:
 def _figure(graph: XlaGraph) -> Figure:
     boxes, count = [], 0
     for segment in graph.segments:
-        xla = segment.kind.lower() == "xla"
-        if xla:
+        kind = segment.kind.lower()
+        xla = kind in ("xla", "collective")  # TorchTPU compiles a collective as an XLA program of its own
+        if kind == "collective":
+            count += 1
+            label = f"XLA graph {count}: collective {segment.ops[0] if segment.ops else ''}".rstrip()
+        elif xla:
             count += 1
             label = f"XLA graph {count} ({plural(len(segment.ops), 'op')})"
         else:
