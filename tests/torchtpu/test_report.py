@@ -224,3 +224,18 @@ def test_observed_run_equals_capture(tmp_path):
     saved = [e for e in events.read_log(log).events if isinstance(e, events.XlaGraphSeen)]
     assert len(saved) == len(codes) == 2 and all(e.hlo_file and e.hlo_format == events.HloFormat.STABLEHLO
                                                  for e in saved)
+
+
+def test_selftest_fires_the_probe_and_fails_without_it(monkeypatch):
+    """The probe self-test's program (run in a child process at the start of an observation) sees
+    TorchTPU's forward and backward graphs, partitions and calls; with the seam gone it says what is
+    missing, and the report would mark the probe silent."""
+    from xlabridge.diagnostics._probes import selftest_child
+    from xlabridge.diagnostics._probes import torchtpu as probe
+
+    torch._dynamo.reset()
+    assert selftest_child._program()["torchtpu.compiler"] == ""
+    monkeypatch.setattr(probe, "_wrap_compile_graph_module", lambda original: original)
+    torch._dynamo.reset()
+    missing = selftest_child._program()["torchtpu.compiler"]
+    assert "no TorchTPU forward graph" in missing and "no summed later calls" in missing

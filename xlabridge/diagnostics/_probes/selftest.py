@@ -9,7 +9,8 @@ the observation ends; a probe that did not fire is then marked ``silent``.
 The program compiles, with ``openxla``, a function with a Dynamo graph break and a CPU
 fallback (``torch.exp2``), calls it past the fully measured calls, runs its backward (a
 deferred backward compilation) and recompiles it for a new shape; then compiles one graph
-with ``xlabridge``. Without torch_xla the Dynamo probes are checked with ``aot_eager``.
+with ``xlabridge``. Without torch_xla the Dynamo probes are checked with ``aot_eager``; where
+torch_tpu is installed, a function with a backward also goes through ``backend="tpu"``.
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ from xlabridge.diagnostics import events as ev
 TIMEOUT_SECONDS = 300
 
 
-def expectations(events: Sequence[ev.Event], *, with_xla: bool, imported_xla: bool = True) -> dict[str, str]:
+def expectations(
+    events: Sequence[ev.Event], *, with_xla: bool, imported_xla: bool = True, with_torchtpu: bool = False
+) -> dict[str, str]:
     """For each probe, what it failed to record in the self-test's ``events`` ("" if nothing);
-    ``imported_xla``: whether the program imported torch_xla while observed."""
+    ``imported_xla``: whether the program imported torch_xla while observed; ``with_torchtpu``:
+    whether it compiled with TorchTPU's ``backend="tpu"``."""
 
     def of(kind: type[ev.Event]) -> list:
         return [e for e in events if isinstance(e, kind)]
@@ -69,6 +73,13 @@ def expectations(events: Sequence[ev.Event], *, with_xla: bool, imported_xla: bo
         need("xla.metrics", any(c.executions for c in of(ev.GraphCalled)), "no execution counted")
         need("xla.metrics", any(c.phase == ev.XlaPhase.EXTRACTION and c.count for c in of(ev.XlaCompile)),
              "no XLA compilation counted")
+    if with_torchtpu:
+        ours = {b.graph: b for b in of(ev.BridgeGraph) if b.compiler == "torchtpu"}
+        need("torchtpu.compiler", any(b.role == "forward" for b in ours.values()), "no TorchTPU forward graph")
+        need("torchtpu.compiler", any(b.role == "backward" for b in ours.values()), "no TorchTPU backward graph")
+        need("torchtpu.compiler", any(p.graph in ours and p.segments for p in of(ev.Partitioned)),
+             "no partition of a TorchTPU graph")
+        need("torchtpu.compiler", any(c.graph in ours for c in of(ev.GraphCalls)), "no summed later calls")
     return {probe: "; ".join(items) for probe, items in missing.items()}
 
 
@@ -77,10 +88,15 @@ def _versions_key() -> str:
 
     import torch
 
-    try:
-        xla = metadata.version("torch_xla") if _optional.is_available("torch_xla") else "none"
-    except metadata.PackageNotFoundError:
-        xla = "none"
+    def version(package: str) -> str:
+        try:
+            return metadata.version(package) if _optional.is_available(package) else "none"
+        except metadata.PackageNotFoundError:
+            return "none"
+
+    xla = version("torch_xla")
+    if _optional.is_available("torch_tpu"):
+        xla += f"_torchtpu-{version('torch_tpu')}"
     sources = hashlib.sha256()
     for path in sorted(Path(__file__).parent.glob("*.py")):
         sources.update(path.read_bytes())

@@ -20,6 +20,7 @@ def _program() -> dict[str, str]:
     import torch
 
     with_xla = _optional.is_available("torch_xla")
+    with_torchtpu = _optional.is_available("torch_tpu")
     imported_xla = with_xla and "torch_xla" not in sys.modules
     recorder = _recorder.Recorder()
     _session.start(recorder, selftest_run=False)
@@ -48,9 +49,13 @@ def _program() -> dict[str, str]:
             import torch_xla.core.xla_model as xm
 
             xm.wait_device_ops()
+        if with_torchtpu:  # without a TPU the probe runs the partitions on the CPU
+            on_tpu = torch.compile(lambda x: (x * 3).sin().cos(), backend="tpu", dynamic=False)
+            for _ in range(5):
+                on_tpu(torch.randn(8, requires_grad=True)).sum().backward()
     finally:
         _session.stop(recorder)
-    return expectations(recorder.events, with_xla=with_xla, imported_xla=imported_xla)
+    return expectations(recorder.events, with_xla=with_xla, imported_xla=imported_xla, with_torchtpu=with_torchtpu)
 
 
 def main() -> None:
