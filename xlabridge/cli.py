@@ -8,6 +8,9 @@
       ``--tpu v5e:2x2``: after the run, each distinct XLA graph (compiled or lazily traced: it
       implies ``--pod``) is compiled for that TPU topology by libtpu on this machine (the TPU view:
       kernels, HBM, fits; nothing runs on a TPU).
+      Programs written for TorchTPU (``backend="tpu"`` or ``"xlabridge"``, torch_tpu installed) are read
+      the same way: its graphs, the partitions its split compiler makes and their TPU view; without a
+      TPU each partition runs on the CPU in place of the chip, and the report says so.
       ``--pod`` also captures every XLA graph the processes run, lazily traced ones included,
       with the collectives of sharded graphs and the differences between processes
       (automatic when ``WORLD_SIZE`` > 1).
