@@ -144,7 +144,7 @@ def _figures(graphs: list[XlaGraph]) -> list[Figure]:
     return figures
 
 
-_FRONT_ENDS = {"torch_xla": "torch_xla's Dynamo bridge", "torchtpu": "TorchTPU's split compiler"}
+_FRONT_ENDS = {"torch_xla": "the XLA bridge", "torchtpu": "TorchTPU's split compiler"}
 
 
 def _front_ends(report: Report) -> str:
