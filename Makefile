@@ -23,8 +23,8 @@ COMPAT_TESTS ?= tests/diagnostics tests/test_backend.py tests/test_compile_path.
 COMPAT_PYTEST_ARGS ?= -m "not slow"
 
 # The TorchTPU suite (torch 2.15 + torch-tpu + libtpu, no TPU here): what of TorchTPU runs
-# without a chip, and the TPU view of the graphs Dynamo hands to backend="tpu". Its real-model
-# tests (slow) run too: the whole suite takes well under a minute.
+# without a chip, the report on its programs and the TPU view of the graphs Dynamo hands to backend="tpu". Its real-model
+# tests (slow) run too: the whole suite takes about 2 minutes.
 TORCHTPU_TESTS ?= tests/torchtpu
 TORCHTPU_PYTEST_ARGS ?=
 
