@@ -53,6 +53,7 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "torch": torch.__version__,
         "torch_xla": _module_version("torch_xla"),
+        "torch_tpu": _module_version("torch_tpu"),
         "jax": _module_version("jax"),
         "pjrt_device": _env.get(_env.PJRT_DEVICE),
         "tpu_type": _env.get(_env.TPU_ACCELERATOR_TYPE) or _env.get(_env.TPU_TYPE),

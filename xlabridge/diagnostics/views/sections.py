@@ -54,6 +54,7 @@ __all__ = [
 _ENVIRONMENT_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("torch", ("torch",)),
     ("torch_xla", ("torch_xla",)),
+    ("torch_tpu", ("torch_tpu",)),
     ("PJRT", ("pjrt_device", "xla_device_type")),
     ("TPU", ("tpu_type",)),
 )
