@@ -17,6 +17,7 @@ through one mechanism, ``Installation``; every wrapper calls the original it wra
 ``xla.bridge``         torch_xla's ``dynamo_bridge`` partitioning, wrapped only while the bridge
                        extracts a graph (patch): segments, fallback ops, graph hashes, HLO
 ``xla.metrics``        ``torch_xla.debug.metrics`` (public): executions, transfers, compiles
+``xla.eager``          ``torch_xla.debug.metrics`` (public): eager-mode ops' executions
 =====================  ===================================================================
 
 A probe that cannot be installed, or that a self-test or an in-run cross-check finds silent,

@@ -22,6 +22,7 @@ from xlabridge.diagnostics._probes import (
     dynamo_graphs,
     imports,
     xla_bridge,
+    xla_eager,
     xla_helper,
     xla_metrics,
     xla_sync,
@@ -29,7 +30,7 @@ from xlabridge.diagnostics._probes import (
 
 PROBES: tuple[ProbeInfo, ...] = (
     imports.INFO, dynamo_compiles.INFO, dynamo_graphs.INFO, xla_helper.INFO, xla_bridge.INFO, xla_sync.INFO,
-    xla_metrics.INFO,
+    xla_metrics.INFO, xla_eager.INFO,
 )
 """Every probe, in the order the report lists them."""
 
