@@ -335,7 +335,8 @@ class EagerOps(Event):
 
     type: ClassVar[EventType] = EventType.EAGER_OPS
     executions: int = _field("eager op executions")
-    execute_seconds: float = _field("their total time (on torch_xla's execution thread)")
+    execute_seconds: float = _field("their seconds summed, each from its launch to its completion (ops queued "
+                                    "behind others overlap: the spans' union is the time they took)")
     compiles: int = _field("eager op compilations (their seconds are in ``xla_compile``)", 0)
     compile_seconds: float = _field("their total time", 0.0)
     spans: list[list[float]] = _field(
