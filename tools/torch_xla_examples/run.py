@@ -16,14 +16,15 @@ set to its path, as ``python EXAMPLE.py`` would.
 
 ``--compile-only`` keeps the example's own sizes (its batch, image side, sequence length and,
 with no ``--`` arguments, its model; ``--batch``/``--image``/``--seq`` still shrink them if given)
-and takes one step that is traced and compiled but not run: a ResNet-50 step at batch 128 or the 2-layer decoder at 16 x 512 tokens would need more
-memory and minutes of a 2-core CPU. Every step end (``torch_xla.sync()``, the end of a
-``torch_xla.compile`` region, ``xm.mark_step()``) compiles the graph of the tensors the step
-left pending, as torch_xla's step marker would, through torch_xla's compile-only entry
-(``_xla_warm_up_cache``, what its Dynamo bridge uses), and launches nothing. The model's
-parameters, buffers and optimizer state are marked for donation, as the step marker aliases
-what a step updates. The step's loss is never computed, so the example's step closures (its
-loss print) are dropped. With ``xlabridge report --tpu``, the TPU view then covers the graphs at
+and takes one step that is traced and compiled but not run: a ResNet-50 step at batch 128 or
+the 2-layer decoder at 16 x 512 tokens (3 and 10 TFLOP) would need gigabytes of activations
+and minutes of a 2-core CPU. Every step end (``torch_xla.sync()``, the end of a
+``torch_xla.compile`` region, ``xm.mark_step()``) compiles the graph of what the step updates
+(the parameters, gradients, buffers and optimizer state of the models and optimizers the example
+holds), as torch_xla's step marker would, through torch_xla's compile-only entry
+(``_xla_warm_up_cache``, what its Dynamo bridge uses), and launches nothing. Those tensors are
+marked for donation, as the step marker aliases what a step updates. The step's loss is never
+computed (nor an output), so the example's step closures (its loss print) are dropped. With ``xlabridge report --tpu``, the TPU view then covers the graphs at
 the example's real size: compiled for TPU, not run (on XLA:CPU they were compiled, not run, either).
 
     xlabridge report --tpu v5e:2x2 -- python tools/torch_xla_examples/run.py \\
@@ -68,39 +69,37 @@ def _shrink(batch: int, image: int, seq: int, steps: int) -> None:
 
 
 def _compile_only() -> None:
-    import gc
-
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
-    import torch_xla.utils.utils as xu
 
     xlac = torch_xla._XLAC
-    def on_xla(tensors):
-        # type(), not isinstance(): gc holds objects whose ``__class__`` warns (torch.distributed.reduce_op)
-        return [t for t in tensors if issubclass(type(t), torch.Tensor) and t.device.type == "xla"]
 
     def state():
-        """Parameters, their gradients, buffers and optimizer state: what a step updates."""
-        found = []
-        for obj in gc.get_objects():
+        """Parameters, their gradients, buffers and optimizer state of the models and optimizers the
+        example holds (its globals and their attributes: the trainer it builds): what a step
+        updates, in torch_xla's order (its tensor ids), as the step marker takes them (it skips
+        those with nothing to compute). Not through ``gc``: its list of every object would hold
+        tuples the data loader's threads are still building."""
+        roots = list(vars(sys.modules["__main__"]).values())
+        roots += [value for obj in list(roots) for value in getattr(obj, "__dict__", {}).values()]
+        found = {}
+        for obj in roots:
+            tensors = []
             if issubclass(type(obj), torch.nn.Module):
-                params = list(obj.parameters(recurse=False))
-                found += [*params, *(p.grad for p in params if p.grad is not None), *obj.buffers(recurse=False)]
+                params = list(obj.parameters())
+                tensors = [*params, *(p.grad for p in params if p.grad is not None), *obj.buffers()]
             elif issubclass(type(obj), torch.optim.Optimizer):
-                found += [v for per_param in obj.state.values() for v in per_param.values()]
-        return on_xla(found)
-
-    def pending():
-        """Every live XLA tensor Python holds, in torch_xla's order (its tensor ids), as the step
-        marker takes them (it skips those with nothing to compute)."""
-        tensors = {xlac._xla_get_tensor_id(t): t for t in on_xla(gc.get_objects()) + state()}
-        return [tensors[key] for key in sorted(tensors)]
+                tensors = [v for per_param in obj.state.values() for v in per_param.values()]
+            for tensor in tensors:
+                if issubclass(type(tensor), torch.Tensor) and tensor.device.type == "xla":
+                    found[xlac._xla_get_tensor_id(tensor)] = tensor
+        return [found[key] for key in sorted(found)]
 
     def mark_step(device, devices, wait=True, reset_scope=True):
         for tensor in state():
             xlac._set_buffer_donation(tensor, True)  # device data only: the inputs a step replaces
-        xlac._xla_warm_up_cache(pending(), devices)
+        xlac._xla_warm_up_cache(state(), devices)
 
     # The stack at a compilation is the graph's line: torch_xla names its cause from the innermost
     # frame (a step marker is ``mark_step``), and a frame of a ``<...>`` file is nobody's code,
