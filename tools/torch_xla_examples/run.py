@@ -97,6 +97,8 @@ def _compile_only() -> None:
         return [found[key] for key in sorted(found)]
 
     def mark_step(device, devices, wait=True, reset_scope=True):
+        # here, not at start-up: it sets torch_xla's device, which an SPMD example picks later (use_spmd)
+        xlac._xla_set_enable_alias_with_buffer_donor_config(True)
         for tensor in state():
             xlac._set_buffer_donation(tensor, True)  # device data only: the inputs a step replaces
         xlac._xla_warm_up_cache(state(), devices)
@@ -105,7 +107,6 @@ def _compile_only() -> None:
     # frame (a step marker is ``mark_step``), and a frame of a ``<...>`` file is nobody's code,
     # so the graph keeps the example's line (the torch_xla.compile region, the loader's step end).
     mark_step.__code__ = mark_step.__code__.replace(co_filename="<run.py --compile-only>")
-    xlac._xla_set_enable_alias_with_buffer_donor_config(True)
     xlac._xla_step_marker = mark_step
     xm.add_step_closure = lambda *args, **kwargs: None
     print("run.py --compile-only: the example's own sizes, one step traced and compiled, nothing run; "
