@@ -143,7 +143,6 @@ def test_eager_ops_are_a_share_of_their_own(tmp_path: Path) -> None:
     inside = _union([(max(a, begin), min(a + s, end)) for a, s in ops.spans if min(a + s, end) > max(a, begin)])
     assert 0.7 * (end - begin) <= inside <= (end - begin)
     assert 0.7 * (end - begin) <= split["eager"] <= end - measured["eager"], split
-    assert split["other"] < 0.5 * (end - begin), split
     assert sum(split[name] for name in TimeSplit.SHARES) == pytest.approx(split["wall"], rel=1e-9)
     assert any(s["kind"] == "eager" for s in report["timeline"] if s["pid"] == measured["pid"])
 
