@@ -25,7 +25,7 @@ GB_URL = "https://pytorch-labs.github.io/compile-graph-break-site/gb/gb0124.html
 SHARE_OF = {
     SpanKind.IMPORT: "imports", SpanKind.TRACE: "tracing", SpanKind.EXTRACT: "tracing",
     SpanKind.XLA_COMPILE: "xla_compile", SpanKind.EXECUTE: "execution", SpanKind.CPU_FALLBACK: "cpu_fallback",
-    SpanKind.LAZY: "lazy", SpanKind.TRANSFER: "transfers",
+    SpanKind.LAZY: "lazy", SpanKind.TRANSFER: "transfers", SpanKind.EAGER: "eager",
 }
 """Which share each kind of span is part of (written out here, independently of the views')."""
 
@@ -46,7 +46,8 @@ def timeline() -> list[Span]:
         clock += seconds
 
     add(SpanKind.IMPORT, 1.9, "torch_xla")
-    gap(0.4)
+    gap(0.34)
+    add(SpanKind.EAGER, 0.06, "eager ops")  # not in the demo: every kind of span gets one
     for step in range(5):
         resume = (1, 2) if step == 0 else (2 + 2 * step, 3 + 2 * step)
         if step == 0:

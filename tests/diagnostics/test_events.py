@@ -54,6 +54,8 @@ ONE_OF_EACH: list[ev.Event] = [
     ev.FxCode(**STAMP, filename="<eval_with_key>.3", graph=0, lines=[ev.FxLine(5, "mm", (FRAME,))]),
     ev.Imported(**STAMP, module="torch_xla", start=0.5),
     ev.Sync(**STAMP, start=0.8, compiles=1, compile_seconds=0.1, frames=[FRAME]),
+    ev.EagerOps(**STAMP, executions=3, execute_seconds=0.3, compiles=1, compile_seconds=0.05,
+                spans=[[0.6, 0.1], [0.7, 0.2]], compile_spans=[[0.55, 0.05]]),
 ]
 
 

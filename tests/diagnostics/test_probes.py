@@ -218,6 +218,26 @@ def test_the_self_test_fires_every_probe_in_a_child_and_is_cached(monkeypatch, t
     assert again.result == result and again._child is None
 
 
+@requires_xla
+def test_the_self_test_names_the_eager_probe_when_its_metric_stops_moving() -> None:
+    """The self-test's program, with torch_xla's eager execution metric under a name it never
+    samples (as if a release renamed it): ``xla.eager`` alone is named, the others fire."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    program = ("from xlabridge.diagnostics._probes import selftest_child, xla_eager\n"
+               "xla_eager.EXECUTE_TIME = 'EagerOpExecuteTimeRenamed'\n"
+               "selftest_child.main()\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    missing = json.loads(done.stdout.strip().splitlines()[-1])
+    assert missing.pop("xla.eager") == "no eager-mode op execution timed"
+    assert missing == {name: "" for name in missing} and "xla.sync" in missing
+
+
 def test_a_self_test_verdict_marks_the_probe_silent_with_one_warning(monkeypatch) -> None:
     class Verdict:
         path = Path("probes.json")

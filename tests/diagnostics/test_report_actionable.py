@@ -3,7 +3,8 @@ ranked by what they cost, each checked against a measure taken outside the diagn
 
 * Time: a script measures its own imports and syncs with ``time.monotonic()`` around them; the
   report's ``imports`` and ``lazy`` shares must agree, and on the bundled demo "other" stays
-  under 10% of the wall time.
+  under 10% of the wall time. A script in eager mode measures its eager section and reads
+  torch_xla's own total for its eager ops: the ``eager`` share must agree with both.
 * Places: on the demo every XLA graph row (the bridge's, the ones the process ran, the TPU
   view's) names a user line, or says why torch gives none.
 * Ranking: a planted slow recompile (a frame recompiled for five new shapes) is ranked first,
@@ -25,7 +26,7 @@ import pytest
 from tests.conftest import requires_xla
 from tests.tpu.conftest import requires_tpu_compiler
 from xlabridge.diagnostics import _findings, _pod, events
-from xlabridge.diagnostics.report import Finding
+from xlabridge.diagnostics.report import Finding, TimeSplit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,9 +100,71 @@ def test_imports_and_syncs_are_shares_of_their_own(tmp_path: Path) -> None:
     sync_compiles = sum(e.compile_seconds for e in syncs if e.what == "torch_xla.compile" or not any(
         o.what == "torch_xla.compile" and o.start <= e.start and e.t <= o.t for o in syncs))
     assert split["lazy"] + sync_compiles == pytest.approx(measured["syncs"], rel=0.1, abs=0.01)
-    shares = [split[name] for name in ("imports", "tracing", "xla_compile", "execution", "lazy", "transfers",
-                                       "cpu_fallback", "other")]
-    assert sum(shares) == pytest.approx(split["wall"], rel=1e-9)
+    assert sum(split[name] for name in TimeSplit.SHARES) == pytest.approx(split["wall"], rel=1e-9)
+
+
+_EAGER_SCRIPT = textwrap.dedent('''
+    import json, os, sys, time
+    import torch, torch_xla
+    import torch_xla.debug.metrics as met
+    device = torch_xla.device()
+    eager = time.monotonic()
+    torch_xla.experimental.eager_mode(True)  # each op its own XLA computation, launched at once
+    w = torch.randn(768, 768, device=device) / 40
+    (w @ w).tanh().cpu()  # compile the two ops once
+    start = time.monotonic()
+    for _ in range(40):
+        w = (w @ w).tanh()
+    w.cpu()  # waits for the last
+    section = [start, time.monotonic()]
+    torch_xla.experimental.eager_mode(False)
+    executed = met.metric_data("EagerOpExecuteTime")
+    print(json.dumps({"eager": eager, "section": section, "seconds": executed[1] / 1e9, "count": executed[0],
+                      "pid": os.getpid()}), file=sys.stderr)
+''')
+
+
+@requires_xla
+def test_eager_ops_are_a_share_of_their_own(tmp_path: Path) -> None:
+    script = tmp_path / "eager.py"
+    script.write_text(_EAGER_SCRIPT)
+    report, done = _report(tmp_path, str(script))
+    measured = json.loads(done.stderr.strip().splitlines()[-1])
+    (split,) = [s for s in report["time"] if s["pid"] == measured["pid"]]
+    (ops,) = [e for e in _events(tmp_path) if isinstance(e, events.EagerOps) and e.pid == measured["pid"]]
+    # every eager op of the script, as torch_xla counts them (each sample: launch to completion;
+    # the last op's sample can land after the script read the metric)
+    assert measured["count"] <= ops.executions <= measured["count"] + 1 and len(ops.spans) == ops.executions
+    assert ops.execute_seconds >= measured["seconds"]
+    # the section's 80 ops run one after another while the script waits for the last: its own
+    # clock around them is the time eager ops were in flight, and the eager share is that time
+    # plus the few ops before it (from the moment the script turned eager mode on)
+    begin, end = measured["section"]
+    inside = _union([(max(a, begin), min(a + s, end)) for a, s in ops.spans if min(a + s, end) > max(a, begin)])
+    assert 0.7 * (end - begin) <= inside <= (end - begin)
+    assert 0.7 * (end - begin) <= split["eager"] <= end - measured["eager"], split
+    assert sum(split[name] for name in TimeSplit.SHARES) == pytest.approx(split["wall"], rel=1e-9)
+    assert any(s["kind"] == "eager" for s in report["timeline"] if s["pid"] == measured["pid"])
+
+
+def test_the_eager_share_is_the_union_of_its_spans_outside_the_other_shares() -> None:
+    """Eager ops' spans overlap (each is launch to completion), may fall inside a sync, and beyond
+    torch_xla's kept samples only their total is known."""
+    from xlabridge.diagnostics import _timesplit
+
+    stamp = {"pid": 1}
+    log = [
+        events.ProcessStart(t=0.0, **stamp),
+        events.Sync(t=4.0, start=3.0, **stamp),
+        events.EagerOps(t=9.0, executions=4, execute_seconds=4.0, compiles=1, compile_seconds=0.5, **stamp,
+                        spans=[[1.0, 1.0], [1.5, 1.0], [2.5, 1.0]], compile_spans=[[0.5, 0.5]]),
+        events.ProcessEnd(t=10.0, start=0.0, **stamp),
+    ]
+    split = _timesplit.split(log)
+    # placed: 1.0-3.5 in flight, 3.0-3.5 inside the sync: 2.0 s of 3.0 s sampled; the fourth
+    # op's 1.0 s, not placed, adds in that proportion
+    assert split.eager == pytest.approx(2.0 + 1.0 * 2.0 / 3.0)
+    assert split.other == pytest.approx(10.0 - split.eager - split.lazy - split.xla_compile)
 
 
 def _union(intervals: list[tuple[float, float]]) -> float:

@@ -31,7 +31,7 @@ from xlabridge.diagnostics.views import html as html_view
 from xlabridge.diagnostics.views import text as text_view
 
 LABELS = {"imports": "imports", "tracing": "tracing", "xla_compile": "XLA compile", "execution": "execution",
-          "lazy": "lazy", "transfers": "transfers", "cpu_fallback": "CPU fallback", "other": "other"}
+          "lazy": "lazy", "eager": "eager", "transfers": "transfers", "cpu_fallback": "CPU fallback", "other": "other"}
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,7 @@ class EventType(str, enum.Enum):
     FX_CODE = "fx_code"
     IMPORTED = "imported"
     SYNC = "sync"
+    EAGER_OPS = "eager_ops"
 
 
 class ProbeState(str, enum.Enum):
@@ -345,6 +346,24 @@ class Sync(Event):
 
 
 @dataclasses.dataclass(kw_only=True)
+class EagerOps(Event):
+    """Ops run in torch_xla's eager mode (``torch_xla.experimental.eager_mode(True)``: each op
+    its own XLA computation, compiled once per shape and run at once), over the whole observation,
+    from torch_xla's ``EagerOpExecuteTime`` and ``EagerOpCompileTime``."""
+
+    type: ClassVar[EventType] = EventType.EAGER_OPS
+    executions: int = _field("eager op executions")
+    execute_seconds: float = _field("their seconds summed, each from its launch to its completion (ops queued "
+                                    "behind others overlap: the spans' union is the time they took)")
+    compiles: int = _field("eager op compilations (their seconds are in ``xla_compile``)", 0)
+    compile_seconds: float = _field("their total time", 0.0)
+    spans: list[list[float]] = _field(
+        "``[start, seconds]`` (monotonic) of the executions torch_xla kept a sample of (its newest 1024)",
+        factory=list)
+    compile_spans: list[list[float]] = _field("the same for the compilations", factory=list)
+
+
+@dataclasses.dataclass(kw_only=True)
 class ProcessEnd(Event):
     """Observation ended: the process exits, or the ``diagnose()`` block ends."""
 
@@ -472,7 +491,7 @@ EVENT_CLASSES: dict[EventType, type[Event]] = {
     for cls in (
         ProcessStart, ProbeStatus, DynamoCompile, GraphCaptured, GraphBreak, Recompile, CompilePath,
         BridgeGraph, Partitioned, XlaGraphSeen, XlaCompile, GraphCalled, GraphCalls, Transfer, ProcessEnd,
-        TpuCompiled, TpuPass, Imported, Sync,
+        TpuCompiled, TpuPass, Imported, Sync, EagerOps,
         LazyGraphSeen, LazyRuns, GraphCollectives, FxCode,
     )
 }

@@ -11,9 +11,17 @@ from __future__ import annotations
 
 from xlabridge.diagnostics import _environment, _frames, _recorder
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._probes import dynamo_compiles, registry, selftest, torchtpu, xla_helper, xla_metrics
+from xlabridge.diagnostics._probes import (
+    dynamo_compiles,
+    registry,
+    selftest,
+    torchtpu,
+    xla_eager,
+    xla_helper,
+    xla_metrics,
+)
 
-_baselines: dict[int, tuple[float, xla_metrics.Snapshot]] = {}
+_baselines: dict[int, tuple[float, xla_metrics.Snapshot, xla_eager.Baseline]] = {}
 _selftest: selftest.Run | None = None
 
 
@@ -26,7 +34,7 @@ def start(recorder: _recorder.Recorder, *, selftest_run: bool = True) -> None:
             "environment", "reading the environment", _environment.environment) or {},
         framework_paths=_frames.framework_paths(), main_file=_frames.program_file(),
     ))
-    _baselines[id(recorder)] = (stamp["t"], xla_metrics.Snapshot.take())
+    _baselines[id(recorder)] = (stamp["t"], xla_metrics.Snapshot.take(), xla_eager.Baseline())
     first = not _recorder.active()
     _recorder.attach(recorder)
     if first:
@@ -44,8 +52,12 @@ def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
         _recorder.safely(xla_helper.INFO.name, "summing calls", xla_helper.flush)
         _recorder.safely(torchtpu.INFO.name, "summing calls", torchtpu.flush)
         _recorder.safely(dynamo_compiles.INFO.name, "reading compilation metrics", dynamo_compiles.drain)
-        started, baseline = _baselines.pop(id(recorder), (recorder.events[0].t, xla_metrics.Snapshot()))
+        started, baseline, eager = _baselines.pop(
+            id(recorder), (recorder.events[0].t, xla_metrics.Snapshot(), xla_eager.Baseline()))
         _recorder.safely("xla.metrics", "reading totals", _totals, recorder, baseline)
+        eager_ops = _recorder.safely(xla_eager.INFO.name, "reading eager ops", xla_eager.event, eager)
+        if eager_ops is not None:
+            recorder.add(eager_ops)
         _recorder.safely("diagnostics", "cross-checking the probes", registry.cross_check, recorder.events)
         recorder.add(ev.ProcessEnd(
             **ended, start=started,

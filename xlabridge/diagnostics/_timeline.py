@@ -5,7 +5,8 @@ here: imports, Dynamo's compilations, the bridge's extractions, each call of a c
 (summed later calls too, one span each while ``xla_helper.TIMELINE_CALLS`` lasts), the CPU
 nodes of a call (at the call's start: the probe measures their total, not where they fell), XLA
 compilations (their events give the seconds and the moment they were seen, so each is drawn to
-end there), and ``torch_xla.sync()`` calls outside the compiled graphs.
+end there), ``torch_xla.sync()`` calls outside the compiled graphs, and the executions of
+eager-mode ops that torch_xla kept a sample of.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._timesplit import Holes
+from xlabridge.diagnostics._timesplit import Holes, merged
 from xlabridge.diagnostics.report import Span, SpanKind
 
 
@@ -60,6 +61,12 @@ def spans(events: Sequence[ev.Event], graph_index: dict[int, int]) -> list[Span]
             rest = event.calls - len(event.spans)
             if rest > 0:
                 add(SpanKind.EXECUTE, event.t, 0.0, f"FX graph {graph}: {rest} more calls (summed, not placed)", graph, rest)
+        elif isinstance(event, ev.EagerOps):
+            for begin, stop in merged((begin, begin + seconds) for begin, seconds in event.spans):
+                add(SpanKind.EAGER, begin, stop - begin, "eager ops")
+            rest = event.executions - len(event.spans)
+            if rest > 0:
+                add(SpanKind.EAGER, event.t, 0.0, f"{rest} more eager ops (summed, not placed)", calls=rest)
     holes = Holes(compiled_code)
     for event in events:
         if isinstance(event, ev.Sync) and holes.outside(event.start, event.t) > 0.5 * (event.t - event.start):

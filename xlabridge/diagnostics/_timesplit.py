@@ -20,12 +20,16 @@ From its events:
   compilations, the bridge's extractions and the compiled graphs' calls (``sync`` intervals),
   less the XLA compilations inside them: the lazily traced work of a step (a step traced in a
   ``torch_xla.compile`` region, an optimizer step, a loss outside ``torch.compile``) running;
+* **eager**: ops run in torch_xla's eager mode (each its own XLA computation, launched at once
+  and run on torch_xla's execution thread): the execution spans torch_xla kept a sample of,
+  outside every interval above and the eager ops' own compilations (those count in XLA
+  compilation); executions past its last 1024 samples add their seconds in the same proportion;
 * **transfers**: host-device transfers outside the compiled graphs' calls (torch_xla's transfer
   times over the whole observation, less those of the measured calls and, for the calls only
   summed, the last measured call's per call);
 * **CPU-fallback work**: time in the CPU nodes of partitioned graphs during their calls;
 * **other**: the rest (Python between compiled graphs, lazy tensor tracing, a host read's
-  execution of pending lazy work).
+  execution of pending lazy work, building a model on the host).
 """
 
 from __future__ import annotations
@@ -131,10 +135,24 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     own_syncs = [s for s in outermost(syncs) if holes.outside(s.start, s.t) > 0.5 * (s.t - s.start)]
     lazy = outside([(s.start, s.t) for s in syncs], inside_compiled + imports) - sum(s.compile_seconds for s in own_syncs)
     transfers = _transfers(events, called, summed)
+    eager = _eager(events, inside_compiled + imports + [(s.start, s.t) for s in syncs])
     wall = end.t - end.start
     shares = dict(imports=length(imports), tracing=tracing, xla_compile=sum(e.seconds for e in compiles),
-                  execution=execution, lazy=max(lazy, 0.0), transfers=transfers, cpu_fallback=cpu)
+                  execution=execution, lazy=max(lazy, 0.0), eager=eager, transfers=transfers, cpu_fallback=cpu)
     return TimeSplit(pid=end.pid, wall=wall, other=wall - sum(shares.values()), **shares)
+
+
+def _eager(events: Sequence[ev.Event], elsewhere: list[Interval]) -> float:
+    """Seconds of eager ops' executions outside ``elsewhere`` and their own compilations."""
+    total = 0.0
+    for ops in (e for e in events if isinstance(e, ev.EagerOps)):
+        placed = [(start, start + seconds) for start, seconds in ops.spans]
+        sampled = sum(seconds for _, seconds in ops.spans)
+        compiling = [(start, start + seconds) for start, seconds in ops.compile_spans]
+        own = outside(placed, elsewhere + compiling)
+        unsampled = max(ops.execute_seconds - sampled, 0.0)
+        total += own + (unsampled * own / sampled if sampled > 0 else 0.0)
+    return total
 
 
 def _transfers(events: Sequence[ev.Event], called: Sequence[ev.GraphCalled], summed: Sequence[ev.GraphCalls]) -> float:

@@ -17,6 +17,7 @@ through one mechanism, ``Installation``; every wrapper calls the original it wra
 ``xla.bridge``         torch_xla's ``dynamo_bridge`` partitioning, wrapped only while the bridge
                        extracts a graph (patch): segments, fallback ops, graph hashes, HLO
 ``xla.metrics``        ``torch_xla.debug.metrics`` (public): executions, transfers, compiles
+``xla.eager``          ``torch_xla.debug.metrics`` (public): eager-mode ops' executions
 ``torchtpu.compiler``  TorchTPU's ``backend="tpu"`` (patch): its forward/backward graphs, the
                        partitions its split compiler cuts at collectives, their compile time and
                        calls; without a TPU it runs each partition on CPU in its place

@@ -23,6 +23,7 @@ from xlabridge.diagnostics._probes import (
     imports,
     torchtpu,
     xla_bridge,
+    xla_eager,
     xla_helper,
     xla_metrics,
     xla_sync,
@@ -30,7 +31,7 @@ from xlabridge.diagnostics._probes import (
 
 PROBES: tuple[ProbeInfo, ...] = (
     imports.INFO, dynamo_compiles.INFO, dynamo_graphs.INFO, xla_helper.INFO, xla_bridge.INFO, xla_sync.INFO,
-    xla_metrics.INFO, torchtpu.INFO,
+    xla_metrics.INFO, xla_eager.INFO, torchtpu.INFO,
 )
 """Every probe, in the order the report lists them."""
 

@@ -9,8 +9,9 @@ the observation ends; a probe that did not fire is then marked ``silent``.
 The program compiles, with ``openxla``, a function with a Dynamo graph break and a CPU
 fallback (``torch.exp2``), calls it past the fully measured calls, runs its backward (a
 deferred backward compilation) and recompiles it for a new shape; then compiles one graph
-with ``xlabridge``. Without torch_xla the Dynamo probes are checked with ``aot_eager``; where
-torch_tpu is installed, a function with a backward also goes through ``backend="tpu"``.
+with ``xlabridge``, runs a ``torch_xla.compile`` region and one op in eager mode. Without torch_xla the Dynamo
+probes are checked with ``aot_eager``; where torch_tpu is installed, a function with a backward also goes
+through ``backend="tpu"``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ def expectations(
         need("xla.metrics", any(c.executions for c in of(ev.GraphCalled)), "no execution counted")
         need("xla.metrics", any(c.phase == ev.XlaPhase.EXTRACTION and c.count for c in of(ev.XlaCompile)),
              "no XLA compilation counted")
+        eager = of(ev.EagerOps)
+        need("xla.eager", any(e.executions and e.spans for e in eager), "no eager-mode op execution timed")
+        need("xla.eager", any(e.compiles for e in eager), "no eager-mode op compilation counted")
     if with_torchtpu:
         ours = {b.graph: b for b in of(ev.BridgeGraph) if b.compiler == "torchtpu"}
         need("torchtpu.compiler", any(b.role == "forward" for b in ours.values()), "no TorchTPU forward graph")

@@ -46,6 +46,11 @@ def _program() -> dict[str, str]:
             torch.compile(lambda x: x * 2, backend="xlabridge")(torch.randn(4, device=device))
             torch_xla.sync()
             torch_xla.compile(lambda x: x.sin())(torch.randn(4, device=device))  # a compile region
+            torch_xla.experimental.eager_mode(True)  # one op, its own XLA computation
+            try:
+                (torch.ones(3, device=device) * 5).cpu()
+            finally:
+                torch_xla.experimental.eager_mode(False)
             import torch_xla.core.xla_model as xm
 
             xm.wait_device_ops()

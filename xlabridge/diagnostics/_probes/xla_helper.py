@@ -141,7 +141,7 @@ class ObservedGraph:
         ))
 
     def _timed_call(self, args: tuple, kwargs: dict) -> Any:
-        compiles, cpu = xla_metrics.uncached_compiles(), self.clock.seconds
+        compiles, cpu, wall = xla_metrics.uncached_compiles(), self.clock.seconds, time.time()
         start = time.monotonic()
         result = self.compiled(*args, **kwargs)
         seconds = time.monotonic() - start
@@ -153,12 +153,12 @@ class ObservedGraph:
         self.pending_cpu += self.clock.seconds - cpu
         compiled = xla_metrics.uncached_compiles() - compiles
         if compiled > 0:
-            _recorder.safely(INFO.name, "recording a recompilation", self._emit_compiles, compiled)
+            _recorder.safely(INFO.name, "recording a recompilation", self._emit_compiles, compiled, wall)
         return result
 
-    def _emit_compiles(self, count: int) -> None:
+    def _emit_compiles(self, count: int, wall: float) -> None:
         _recorder.emit(ev.XlaCompile(**_recorder.stamp(), graph=self.number, phase=ev.XlaPhase.CALL,
-                                     count=count, seconds=xla_metrics.last_compile_seconds(count)))
+                                     count=count, seconds=xla_metrics.compile_seconds_since(wall)))
 
     def flush(self) -> None:
         if not self.pending_calls:

@@ -5,8 +5,11 @@ The one place that says which metric means what, for the report and for ``compar
 * ``RunCachedGraphOutputData`` gains one sample each time the Dynamo bridge launches one of
   its XLA graphs, at the launch (``ExecuteTime`` is sampled when an execution's completion is
   processed, possibly after the call returned, so it is read only once the device is idle);
-* ``CompileTime`` one sample per XLA compilation (nanoseconds); ``UncachedCompile`` counts
-  them too, and is cheap to read;
+* ``CompileTime`` one sample per XLA compilation of a traced graph (nanoseconds), and
+  ``EagerOpCompileTime`` one per compilation of an op run in eager mode
+  (``torch_xla.experimental.eager_mode(True)``: each op its own XLA computation);
+  ``UncachedCompile`` counts both, and is cheap to read; each sample carries the wall-clock
+  time it was taken at (the compilation's end), which places it inside a call or a sync;
 * ``TransferToDeviceTime`` / ``TransferFromDeviceTime`` one sample per host-device transfer
   (nanoseconds);
   ``InboundData`` / ``OutboundData`` their bytes;
@@ -37,6 +40,7 @@ INFO = ProbeInfo(
 EXECUTIONS = "RunCachedGraphOutputData"
 SETTLED_EXECUTIONS = "ExecuteTime"
 COMPILE_TIME = "CompileTime"
+EAGER_COMPILE_TIME = "EagerOpCompileTime"
 UNCACHED_COMPILES = "UncachedCompile"
 TO_DEVICE = "TransferToDeviceTime"
 FROM_DEVICE = "TransferFromDeviceTime"
@@ -66,13 +70,20 @@ def uncached_compiles() -> int:
     return (_metrics().counter_value(UNCACHED_COMPILES) or 0) if loaded() else 0
 
 
-def last_compile_seconds(count: int) -> float:
-    """Seconds of the newest ``count`` XLA compilations."""
-    if count <= 0 or not loaded():
+def compile_seconds_since(wall: float) -> float:
+    """Seconds of the XLA compilations (traced graphs and eager ops) that ended after ``wall``
+    (``time.time()``).
+
+    Counting the newest samples instead would take a traced graph's compilation for an eager
+    op's: ``UncachedCompile`` counts both, ``CompileTime`` only the former.
+    """
+    if not loaded():
         return 0.0
-    data = _metrics().metric_data(COMPILE_TIME)
-    samples = data[2] if data else []
-    return sum(value for _, value in samples[-count:]) / 1e9
+    total = 0.0
+    for name in (COMPILE_TIME, EAGER_COMPILE_TIME):
+        data = _metrics().metric_data(name)
+        total += sum(value for stamp, value in (data[2] if data else []) if stamp >= wall)
+    return total / 1e9
 
 
 def fallback_ops() -> list[str]:
@@ -97,7 +108,8 @@ class Snapshot:
     def take(cls) -> Snapshot:
         if not loaded():
             return cls()
-        compiles, compile_ns = _data(COMPILE_TIME)
+        (lazy_compiles, lazy_ns), (eager_compiles, eager_ns) = _data(COMPILE_TIME), _data(EAGER_COMPILE_TIME)
+        compiles, compile_ns = lazy_compiles + eager_compiles, lazy_ns + eager_ns
         to_bytes = _data(BYTES_TO_DEVICE)[1]
         from_bytes = _data(BYTES_FROM_DEVICE)[1]
         (to_device, to_ns), (from_device, from_ns) = _data(TO_DEVICE), _data(FROM_DEVICE)

@@ -52,18 +52,19 @@ def _timed(what: str) -> Iterator[None]:
     if not _recorder.active():
         yield
         return
-    start, compiles = time.monotonic(), xla_metrics.uncached_compiles()
+    start, wall, compiles = time.monotonic(), time.time(), xla_metrics.uncached_compiles()
     try:
         yield
     finally:
-        _recorder.safely(INFO.name, f"recording {what}", _emit, what, start, compiles)
+        _recorder.safely(INFO.name, f"recording {what}", _emit, what, start, wall, compiles)
 
 
-def _emit(what: str, start: float, compiles_before: int) -> None:
+def _emit(what: str, start: float, wall: float, compiles_before: int) -> None:
     compiles = xla_metrics.uncached_compiles() - compiles_before
     _recorder.emit(ev.Sync(
         **_recorder.stamp(), start=start, what=what, compiles=compiles,
-        compile_seconds=xla_metrics.last_compile_seconds(compiles), frames=_frames.current_stack(skip=2),
+        compile_seconds=xla_metrics.compile_seconds_since(wall) if compiles else 0.0,
+        frames=_frames.current_stack(skip=2),
     ))
 
 

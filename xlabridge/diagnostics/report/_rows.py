@@ -173,7 +173,8 @@ class TimeSplit:
     pid: int = _field("the process")
     wall: float = _field("seconds from the start of observation to its end")
     tracing: float = _field("Dynamo's compilations and the bridge's extractions, less XLA compilation in them")
-    xla_compile: float = _field("XLA compilation, wherever it happened (torch_xla's ``CompileTime``)")
+    xla_compile: float = _field("XLA compilation, wherever it happened (torch_xla's ``CompileTime`` and "
+                                "``EagerOpCompileTime``)")
     execution: float = _field("calls of compiled graphs, less their XLA compilation and CPU-fallback work")
     cpu_fallback: float = _field("time in the CPU nodes of partitioned graphs during their calls")
     other: float = _field("the rest: Python between graphs, lazy tensor tracing, host reads outside the shares above")
@@ -182,8 +183,11 @@ class TimeSplit:
                          "graphs (their XLA compilation counts in ``xla_compile``)", 0.0)
     transfers: float = _field("host-device transfers outside compiled graphs and syncs (torch_xla's "
                               "``TransferToDeviceTime`` and ``TransferFromDeviceTime``)", 0.0)
+    eager: float = _field("ops run in torch_xla's eager mode, each its own XLA computation, outside the shares "
+                          "above (torch_xla's ``EagerOpExecuteTime``)", 0.0)
 
-    SHARES = ("imports", "tracing", "xla_compile", "execution", "lazy", "transfers", "cpu_fallback", "other")
+    SHARES = ("imports", "tracing", "xla_compile", "execution", "lazy", "eager", "transfers", "cpu_fallback",
+              "other")
 
     def shares(self) -> dict[str, float]:
         """Each share as a fraction of the wall time."""

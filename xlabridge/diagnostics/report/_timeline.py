@@ -27,6 +27,8 @@ class SpanKind(str, enum.Enum):
     """``torch_xla.sync()`` / ``mark_step()``: the lazily traced graph compiled and run."""
     TRANSFER = "transfer"
     """Host-device transfers outside compiled graphs and syncs."""
+    EAGER = "eager"
+    """An op run in torch_xla's eager mode (its own XLA computation) executing."""
 
 
 @dataclasses.dataclass

@@ -38,6 +38,7 @@ SHARE_OF_KIND: dict[str, str] = {
     SpanKind.CPU_FALLBACK.value: "cpu_fallback",
     SpanKind.LAZY.value: "lazy",
     SpanKind.TRANSFER.value: "transfers",
+    SpanKind.EAGER.value: "eager",
 }
 """The share of the time split that each kind of span is a part of (tracing: Dynamo and the bridge)."""
 SHARE_LABEL_OF_KIND: dict[str, str] = {kind: dict(SHARE_LABELS)[share] for kind, share in SHARE_OF_KIND.items()}
@@ -51,6 +52,7 @@ KIND_COLOURS: dict[str, str] = {
     SpanKind.CPU_FALLBACK.value: "#f28e2b",
     SpanKind.LAZY.value: "#76b7b2",
     SpanKind.TRANSFER.value: "#59a14f",
+    SpanKind.EAGER.value: "#ff9da7",
 }
 """One colour per kind of span (and per share of the time split, through ``SHARE_OF_KIND``)."""
 OTHER_COLOUR = "#bab0ac"
