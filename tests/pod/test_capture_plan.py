@@ -180,3 +180,24 @@ def test_processes_sharing_a_dump_are_found(environ, tmp_path):
     plan_capture(report / "pod-14", subdirectory="rank-0")
     (report / "pod-14" / "pt_xla_debug.txt").write_text("Compilation Analysis: ...\n")
     assert _pod._sharing(report / "pod-11")[1] == [12]
+
+
+def test_a_helper_process_gets_the_users_environment_back(environ, tmp_path):
+    """``without_capture`` (the probe self-test's child uses it): what the capture set goes back to
+    the user's values, what the user had stays, and nothing of the capture's dump or debug file remains.
+    Before it, the self-test's child dumped its own ``module_0000`` into the run's dump directory."""
+    import os
+
+    from xlabridge.pod.capture import without_capture
+
+    environ({_env.XLA_FLAGS: "--xla_cpu_use_thunk_runtime=false", _env.PT_XLA_DEBUG_MAX_FRAME: "64"})
+    plan = plan_capture(tmp_path / "pod-1")
+    captured = dict(os.environ) | plan.environment
+    assert "--xla_dump_to" in captured[_env.XLA_FLAGS]
+    back = without_capture(captured)
+    assert back[_env.XLA_FLAGS] == "--xla_cpu_use_thunk_runtime=false"
+    assert back[_env.PT_XLA_DEBUG_MAX_FRAME] == "64"
+    for name in (_env.POD_SET, _env.PT_XLA_DEBUG_FILE, _env.PT_XLA_DEBUG_LEVEL, _env.XLA_HLO_DEBUG):
+        assert name not in back
+    assert {k: v for k, v in back.items() if k not in _VARIABLES} == {
+        k: v for k, v in os.environ.items() if k not in _VARIABLES}

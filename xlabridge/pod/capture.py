@@ -44,7 +44,7 @@ import dataclasses
 import enum
 import json
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from xlabridge import _env
@@ -103,12 +103,14 @@ _LIFTED = {
 }
 
 
-def _user_environment(names: tuple[str, ...]) -> dict[str, str | None]:
+def _user_environment(names: Iterable[str], environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
     """The values of ``names`` as the user set them: a parent process's capture (recorded in
-    ``XLABRIDGE_POD_SET``) undone where this process inherited it unchanged."""
-    values = {name: _env.get(name) for name in names}
+    ``XLABRIDGE_POD_SET``) undone where this process inherited it unchanged. ``environ``: the
+    variables to read (this process's by default)."""
+    read = _env.get if environ is None else environ.get
+    values = {name: read(name) for name in names}
     try:
-        inherited = json.loads(_env.get(_env.POD_SET) or "{}")
+        inherited = json.loads(read(_env.POD_SET) or "{}")
     except ValueError:
         inherited = {}
     for name, (user, set_value) in inherited.items():
@@ -120,6 +122,24 @@ def _user_environment(names: tuple[str, ...]) -> dict[str, str | None]:
         elif name == _env.XLA_FLAGS and current.startswith(set_value):  # the parent program added flags
             values[name] = f"{user or ''} {current[len(set_value):]}".strip()
     return values
+
+
+def without_capture(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with a capture's variables back at the user's values, for a helper process that
+    must not write into the capture (XLA's dump numbers modules per process: a second process in one
+    dump directory writes a second ``module_0000``; torch_xla appends to the debug file)."""
+    try:
+        captured = list(json.loads(environ.get(_env.POD_SET) or "{}"))
+    except ValueError:
+        captured = []
+    env = dict(environ)
+    for name, value in _user_environment(captured, environ).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    env.pop(_env.POD_SET, None)
+    return env
 
 
 @dataclasses.dataclass(frozen=True)

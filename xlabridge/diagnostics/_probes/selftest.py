@@ -125,8 +125,11 @@ class Run:
                 return
             except (OSError, ValueError):
                 pass
-        env = dict(os.environ)
-        env.pop(_env.REPORT_DIR, None)  # the child must not write a report of its own
+        from xlabridge.pod.capture import without_capture
+
+        # the child writes neither a report of its own nor into this process's capture
+        env = without_capture(os.environ)
+        env.pop(_env.REPORT_DIR, None)
         env[_env.PJRT_DEVICE] = "CPU"
         self._child = subprocess.Popen(
             [sys.executable, "-c", "from xlabridge.diagnostics._probes import selftest_child; selftest_child.main()"],
