@@ -52,13 +52,23 @@ def mxfp8_cast_cols_kernel_gluon(
     x_ptr, col_data_ptr, col_scale_ptr, R, B, stride_a, stride_r, stride_b,
     RCEIL: gl.constexpr, RECIPROCAL: gl.constexpr, WIDE_INDEX: gl.constexpr,
     LOAD_LAYOUT: gl.constexpr, LAYOUT: gl.constexpr, TILE_B: gl.constexpr, NB: gl.constexpr, PACK: gl.constexpr,
-    LOAD_EVICT: gl.constexpr, STORE_EVICT: gl.constexpr,
+    LOAD_EVICT: gl.constexpr, STORE_EVICT: gl.constexpr, GROUP_B: gl.constexpr = 0,
 ):
     """A program casts NB consecutive 32-row blocks of TILE_B columns of one [R, B] matrix, one
     block row at a time, the next one's load issued before this one's work. PACK (R a multiple of
     32 * NB; NB 2, 4 or 8): a column's NB scale bytes in one store."""
-    pid_r = gl.program_id(0)  # consecutive programs write side by side along R in the [A, B, R] output
-    pid_b = gl.program_id(1)
+    if GROUP_B:  # a 1-D grid (per matrix): GROUP_B tiles side by side along B, then down R
+        tiles_r = gl.cdiv(R, 32 * NB)
+        tiles_b = gl.cdiv(B, TILE_B)
+        pid = gl.program_id(0)
+        first_b = (pid // (GROUP_B * tiles_r)) * GROUP_B
+        width = gl.minimum(tiles_b - first_b, GROUP_B)
+        local = pid % (GROUP_B * tiles_r)
+        pid_b = first_b + local % width
+        pid_r = local // width
+    else:
+        pid_r = gl.program_id(0)  # consecutive programs write side by side along R in the [A, B, R] output
+        pid_b = gl.program_id(1)
     a = gl.program_id(2)
     if WIDE_INDEX:
         a = a.to(gl.int64)
