@@ -259,14 +259,13 @@ def cols_side(gpu_time, kernels_of) -> dict:
         return [t.view(torch.uint8).clone() for t in outputs]
 
     sweeps = {}
-    dim1_configs = ("GLUON_CONFIG", _triton_cols.GLUON_CONFIGS) if _triton_cols._gluon_module() else ("CONFIG", _triton_cols.CONFIGS)
-    for kind, fn, (attr, configs) in (("dim1", dim1, dim1_configs), ("both", both, ("CONFIG_BOTH", _triton_cols.CONFIGS))):
+    for kind, fn, attr in (("dim1", dim1, "CONFIG"), ("both", both, "CONFIG_BOTH")):
         # every config's bytes against the default config's (which the CUDA tests check against
         # the NumPy spec model), on randn and on special values
         expected = [as_bytes(fn(x)), as_bytes(fn(special))]
         default = getattr(_triton_cols, attr)
         sweep = []
-        for config in configs:
+        for config in _triton_cols.CONFIGS:
             setattr(_triton_cols, attr, config)
             try:
                 same = all(torch.equal(a, b) for inp, exp in zip((x, special), expected) for a, b in zip(as_bytes(fn(inp)), exp))
@@ -276,7 +275,7 @@ def cols_side(gpu_time, kernels_of) -> dict:
         setattr(_triton_cols, attr, default)
         best = min((r for r in sweep if "ms" in r and r["bytes_equal_default"]), key=lambda r: r["ms"])
         setattr(_triton_cols, attr, tuple(best["config"]))
-        sweeps[kind] = {"kernel_config": attr, "sweep_256MB": sweep, "best": best["config"]}
+        sweeps[kind] = {"sweep_256MB": sweep, "best": best["config"]}
         print(json.dumps({kind: sweeps[kind]}), flush=True)
     out["triton_configs"] = sweeps
     out["kernels"] = {}

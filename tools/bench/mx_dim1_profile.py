@@ -1,6 +1,6 @@
-"""One launch each of a copy, the plain-Triton column-wise kernel (its loads unmarked and marked
-``evict_first``) and the Gluon one on a bf16 16384 x 8192 input, for Nsight Compute (DRAM bytes,
-L2 sectors, occupancy):
+"""One launch each of a copy and the column-wise kernel (its loads marked ``evict_last`` and
+``evict_first``) on a bf16 16384 x 8192 input, for Nsight Compute (DRAM bytes, L2 sectors,
+occupancy):
 
     ncu --clock-control none -k 'regex:mxfp8|vectorized_elementwise' --metrics ... \\
         python3 tools/bench/mx_dim1_profile.py
@@ -18,5 +18,4 @@ dst = torch.empty_like(x)
 dst.copy_(x)
 _triton_cols._launch(x, 32, "floor", both=False, config=_triton_cols.CONFIG)
 _triton_cols._launch(x, 32, "floor", both=False, config=_triton_cols.CONFIG[:5] + ("evict_first",))
-_triton_cols._launch_gluon(x, "floor", _triton_cols._gluon_module())
 torch.cuda.synchronize()

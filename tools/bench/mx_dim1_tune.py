@@ -1,19 +1,16 @@
-"""Configs of the column-wise (dim1) and both-layouts kernels on the H100, through
-``_triton_cols``'s launchers: the Gluon column-wise kernel's ``GLUON_CONFIGS`` (and one with the
-input loads marked ``evict_first``), the plain Triton kernel's ``CONFIG`` for the column-wise cast
-with each load eviction hint, its ``CONFIGS`` for both layouts (and the chosen one with
-``evict_first`` loads, as the kernel had them). Every config is checked byte for byte against the
-eager CPU cast (itself checked against the NumPy spec model by tests/mx) on randn and on seeded
-inputs with 40% special blocks (NaN, Inf, subnormals, zeros, ties, saturation), bf16/fp32/fp16,
-both roundings, odd shapes; then timed at 256 MB (bf16 16384 x 8192, CUDA-graph replays as
-tools/bench/mx_cast.py), the fastest again at 64 MB, 256 MB and 1 GB, twice, next to a copy.
+"""Configs of the column-wise (dim1) and both-layouts kernels (``_triton_cols.py``) on the H100:
+tiles, warps and the input loads' L2 eviction hint (the kernels had ``evict_first``). Every config
+is checked byte for byte against the eager CPU cast (itself checked against the NumPy spec model
+by tests/mx) on randn and on seeded inputs with 40% special blocks (NaN, Inf, subnormals, zeros,
+ties, saturation), bf16/fp32/fp16, both roundings, odd shapes; then timed at 256 MB (bf16
+16384 x 8192, CUDA-graph replays as tools/bench/mx_cast.py), the fastest again at 64 MB (four
+rounds), 256 MB (two) and 1 GB, next to a copy timed in the same round.
 
     PYTHONPATH=. python3 tools/bench/mx_dim1_tune.py   # writes $OUT/mx_dim1_tune.json
 
 Kernels compile in parallel processes first (``--shard``), which fill Triton's cache and run the
-byte checks. Earlier sweeps of this session (tile shapes, warps, the float8 conversion's own
-saturation, 16-bit block maxima, packed scale stores, prefetching, cache hints) are summarised in
-``_triton_cols.py``'s config notes.
+byte checks. tools/bench/results/mx_dim1_tune_h100.json is the run at e9c6667, which also timed
+a Gluon kernel since removed (its ``gluon_*`` rows).
 """
 
 from __future__ import annotations
@@ -31,48 +28,28 @@ import torch
 sys.path.insert(0, os.getcwd())
 from tests.mx._cases import make_input  # noqa: E402
 from xlabridge import mx  # noqa: E402
-from xlabridge.mx import _constants as C  # noqa: E402
 from xlabridge.mx import _triton_cols  # noqa: E402
 
 MB = 2**20
 
 
 def variants() -> list[dict]:
-    out = [dict(kind="gluon", config=c) for c in ((4, 16, 2, 2, "", "evict_last"), (4, 16, 4, 2, "", "evict_last"))]
+    out = []
     for (tr, tb, w), hint in itertools.product(((64, 128, 2), (128, 64, 2), (64, 64, 1), (32, 128, 1), (64, 128, 1), (128, 64, 1),
                                                  (64, 64, 2), (128, 128, 4), (64, 256, 4), (32, 256, 2), (128, 32, 1), (256, 64, 4)),
                                                 ("evict_last", "")):
         out.append(dict(kind="dim1", config=(tr, tb, w, False, True, hint)))
     out.append(dict(kind="dim1", config=_triton_cols.CONFIG[:5] + ("evict_first",)))
     out.append(dict(kind="both", config=_triton_cols.CONFIG_BOTH))
+    out.append(dict(kind="both", config=_triton_cols.CONFIG_BOTH[:5] + ("evict_first",)))
     return out
 
 
 def name(v: dict) -> str:
-    return (v["kind"] + "_" + "_".join(str(c).lower() or "nohint" for c in v["config"])
-            + "".join(f"_{k.lower()}{o}" for k, o in v.get("options", {}).items()))
+    return v["kind"] + "_" + "_".join(str(c).lower() or "nohint" for c in v["config"])
 
 
 def launch(v: dict, x3: torch.Tensor, rounding: str = "floor"):
-    if v["kind"] == "gluon" and v.get("options"):  # launch options the library does not use (yet)
-        module = _triton_cols._gluon_module()
-        A, R, B = x3.shape
-        col_data = torch.empty((A, B, R), dtype=torch.float8_e4m3fn, device=x3.device)
-        col_scale = torch.empty((A, B, R // 32), dtype=torch.uint8, device=x3.device)
-        tr, vec_bytes, warps, nb, load_evict, store_evict = v["config"]
-        load_layout, layout, tile_b = module.layouts(vec_bytes // x3.element_size(), tr, warps)
-        opts = dict(v["options"])
-        tiles_r, tiles_b = -(-R // (32 * nb)), -(-B // tile_b)
-        grid = (tiles_r * tiles_b, 1, A) if opts.get("GROUP_B") else (tiles_r, tiles_b, A)
-        module.mxfp8_cast_cols_kernel_gluon[grid](
-            x3, col_data, col_scale, R, B, x3.stride(0), x3.stride(1), x3.stride(2),
-            RCEIL=rounding == "rceil", RECIPROCAL=C.RCEIL_RECIPROCAL, WIDE_INDEX=False,
-            LOAD_LAYOUT=load_layout, LAYOUT=layout, TILE_B=tile_b, NB=nb, PACK=nb > 1 and R % (32 * nb) == 0,
-            LOAD_EVICT=load_evict, STORE_EVICT=store_evict, **opts, num_warps=warps,
-        )
-        return col_data, col_scale
-    if v["kind"] == "gluon":
-        return _triton_cols._launch_gluon(x3, rounding, _triton_cols._gluon_module(), v["config"])
     outs = _triton_cols._launch(x3, 32, rounding, both=v["kind"] == "both", config=v["config"])
     return (outs[2], outs[3], outs[0], outs[1]) if v["kind"] == "both" else outs[:2]
 
@@ -220,7 +197,7 @@ def main() -> None:
     with open(os.path.join(out_dir, "mx_dim1_tune.json"), "w") as f:
         json.dump(results, f, indent=1)
     print("\nfastest (256 MB sweep):")
-    for kind in ("dim1", "gluon", "both"):
+    for kind in ("dim1", "both"):
         ranked = sorted((r.get("ms", 1e9), k, r.get("exact"), r.get("n_regs")) for k, r in results["variants"].items() if k.startswith(kind))
         for ms, k, ex, _ in ranked[:14]:
             print(f"  {k:48s} {ms:.4f} ms exact={ex}")
