@@ -37,17 +37,21 @@ loads' L2 eviction policy); each tile holds whole blocks of up to 32 elements bo
 block sizes take ``_triton.py``'s kernel on a transposed copy)."""
 
 CONFIG = (64, 128, 2, False, True, "evict_last")
-"""The column-wise kernel's config. On the H100 (tools/bench/results/mx_dim1_tune_h100.json, four
-rounds): 0.0396-0.0402 ms at 64 MB, 0.147-0.150 ms at 256 MB, 0.566-0.572 ms at 1 GB. What made
+"""The column-wise kernel's config. On the H100 (tools/bench/results/mx_dim1_tune_h100.json and
+the run before it): 0.0395-0.0402 ms at 64 MB, 0.147-0.150 ms at 256 MB, 0.566-0.572 ms at 1 GB;
+in tools/bench/mx_cast.py (results/mx_cast_cols_h100*.json, two runs) 0.0405/0.0414 ms at 64 MB
+and 0.150/0.156 ms at 256 MB, 0.898/0.889 and 0.933/0.915 of the copy's bandwidth. What made
 the difference: the input loads had been marked ``evict_first``, which cost 12% (0.166 ms at 256
 MB), and the compute: the conversion's own saturation and NaN (one multiply per element), 16-bit
 block maxima and one packed store per row for the scale bytes took the instructions per element
-from about 15 to 11. Other tiles (32-256 rows, 32-256 columns, 1, 2 or 4 warps): 0.151-0.227 ms.
+from about 15 to 11 (Nsight Compute, results/mx_dim1_ncu_h100.txt). Other tiles (32-256 rows,
+32-256 columns, 1, 2 or 4 warps): 0.151-0.227 ms.
 A Gluon kernel that kept each column block in registers (no shared-memory transpose, the next
 block prefetched; commit e9c6667) ran within 1% of this one, so it was not kept."""
 CONFIG_BOTH = (32, 128, 2, True, True, "evict_last")
 """The both-layouts kernel's config: 0.228-0.235 ms at 256 MB on the H100, against 0.265-0.268 ms
-with the loads marked ``evict_first`` as they were and 0.234-0.237 ms with 64 x 64 tiles."""
+with the loads marked ``evict_first`` as they were and 0.234-0.237 ms with 64 x 64 tiles; 1.21-1.61x
+the two separate casts and 1.99-2.68x torchao's compiled ``to_mx`` pair (results/mx_cast_cols_h100.json)."""
 
 
 @functools.cache
