@@ -130,6 +130,18 @@ def test_cuda_is_one_launch_each():
 
 
 @requires_cuda
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_column_kernel_tiles(dtype, rounding):
+    """Column-wise casts whose blocked dimension ends in a partial tile (byte scale stores) or is a
+    whole number of tiles (packed ones), and whose other dimension is no multiple of a tile."""
+    for seed, (shape, dim) in enumerate((((2, 160, 264), 1), ((1056, 72), 0), ((4, 256, 40), -2), ((96, 3, 520), 0))):
+        x = make_input(shape, dtype, seed=90 + seed).cuda()
+        q = mx.to_mxfp8(x, rounding=rounding, dim=dim)
+        assert_exact(q.data, q.scale, _expected(x, dim, 32, rounding))
+
+
+@requires_cuda
 def test_cuda_under_torch_compile():
     x = make_input((256, 512), torch.bfloat16, seed=84).cuda()
 

@@ -19,7 +19,7 @@ import triton.language as tl
 
 sys.path.insert(0, os.getcwd())
 from xlabridge import mx
-from xlabridge.mx._triton_cols_kernel import _codes, _scale
+from xlabridge.mx._triton_cols_kernel import _codes, _scaled
 
 
 @triton.jit
@@ -38,7 +38,7 @@ def k_var(x_ptr, d_ptr, s_ptr, R, B, stride_r, TILE_R: tl.constexpr, TILE_B: tl.
         bits = xt32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
         amax = tl.max(tl.reshape(bits, (TILE_B, TILE_R // 32, 32)), axis=2)
         code = _codes(amax, False, 1.0 / 448.0)
-        data = tl.reshape(_scale(tl.reshape(xt32, (TILE_B, TILE_R // 32, 32)), code[:, :, None]), (TILE_B, TILE_R))
+        data = tl.reshape(_scaled(tl.reshape(xt32, (TILE_B, TILE_R // 32, 32)), code[:, :, None], False), (TILE_B, TILE_R))
     else:
         data = xt32
     tl.store(d_ptr + b[:, None] * R + r[None, :], data.to(tl.float8e4nv))
@@ -62,7 +62,7 @@ def k_persistent(x_ptr, d_ptr, s_ptr, R, B, stride_r, n_tiles, TILE_R: tl.conste
         bits = xt32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
         amax = tl.max(tl.reshape(bits, (TILE_B, TILE_R // 32, 32)), axis=2)
         code = _codes(amax, False, 1.0 / 448.0)
-        data = tl.reshape(_scale(tl.reshape(xt32, (TILE_B, TILE_R // 32, 32)), code[:, :, None]), (TILE_B, TILE_R))
+        data = tl.reshape(_scaled(tl.reshape(xt32, (TILE_B, TILE_R // 32, 32)), code[:, :, None], False), (TILE_B, TILE_R))
         tl.store(d_ptr + b[:, None] * R + r[None, :], data.to(tl.float8e4nv))
         ncb = R // 32
         rb = pid_r * (TILE_R // 32) + tl.arange(0, TILE_R // 32)

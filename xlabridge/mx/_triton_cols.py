@@ -4,14 +4,14 @@
 only where no such view exists). Each program loads a ``[TILE_R, TILE_B]`` tile of one matrix
 (coalesced along ``B``), takes each column block's maximum down the rows in registers, and
 stores the scaled tile transposed into the ``[A, B, R]`` output and its scale bytes into
-``[A, B, R/32]`` (Triton moves the tile through shared memory for the transposed, coalesced
-stores). The both-layouts kernel also takes each row block's maximum along ``B`` and stores the
-row-wise data and scale of the same tile: four outputs from one load. The arithmetic is
-``_triton.py``'s (the formulation of ``_formulation.py``), bit for bit.
+``[A, B, R/32]`` (Triton moves the tile, or its float8 bytes, through shared memory for the
+transposed, coalesced stores). The both-layouts kernel also takes each row block's maximum along
+``B`` and stores the row-wise data and scale of the same tile: four outputs from one load. The
+arithmetic is ``_triton.py``'s (the formulation of ``_formulation.py``), bit for bit.
 
-Tiles and warps: ``CONFIG``, chosen from the ``CONFIGS`` the benchmark times on the H100 (a fixed
-choice rather than ``triton.autotune``, which also cannot run under Triton's CPU interpreter
-that the CPU tests use).
+Tiles, warps and the loads' cache hint: ``CONFIG`` and ``CONFIG_BOTH``, chosen from the
+``CONFIGS`` the benchmark times on the H100 (a fixed choice rather than ``triton.autotune``, which
+also cannot run under Triton's CPU interpreter that the CPU tests use).
 """
 
 from __future__ import annotations
@@ -28,25 +28,30 @@ from xlabridge.mx._checks import moved_shape
 _FEATURE = "xlabridge.mx CUDA kernel"
 
 CONFIGS = (
-    (64, 128, 4, False, False), (32, 256, 4, True, False), (64, 128, 2, False, True), (64, 128, 2, False, False),
-    (64, 128, 1, False, True), (64, 256, 2, False, True), (128, 64, 2, False, True), (64, 64, 2, False, True),
-    (64, 64, 1, False, True), (32, 128, 2, False, True), (32, 128, 2, True, False), (32, 64, 1, False, True),
-    (32, 64, 2, False, False), (128, 128, 4, False, True), (64, 128, 4, False, True), (32, 256, 2, True, False),
+    (64, 128, 2, False, True, "evict_last"), (64, 128, 2, False, True, ""), (32, 128, 2, True, True, "evict_last"),
+    (64, 128, 1, False, True, "evict_last"), (64, 64, 1, False, True, "evict_last"), (64, 128, 2, False, True, "evict_first"),
 )
-"""(TILE_R, TILE_B, num_warps, B_FIRST, PRE) candidates (B_FIRST: the grid's fastest axis walks
-``B``; PRE: reduce the column blocks in the tile as loaded and transpose only the float8 and scale
-bytes, rather than transpose the input tile first); each tile holds whole blocks of up to 32 elements both
-ways (larger block sizes take ``_triton.py``'s kernel on a transposed copy)."""
+"""(TILE_R, TILE_B, num_warps, B_FIRST, PACK, LOAD_EVICT) candidates (B_FIRST: the grid's fastest
+axis walks ``B``; PACK: a tile's scale bytes of an output row as one store; LOAD_EVICT: the input
+loads' L2 eviction policy); each tile holds whole blocks of up to 32 elements both ways (larger
+block sizes take ``_triton.py``'s kernel on a transposed copy)."""
 
-
-CONFIG = (64, 128, 2, False, False)
-"""The (TILE_R, TILE_B, num_warps, B_FIRST, PRE) the column-wise kernel runs with: the fastest at
-256 MB on the H100 (``tools/bench/mx_cast.py --cols``, the last of six sweeps): 2 warps, 0.171 ms
-against 0.202-0.211 ms with 4 (a column block's 32 rows then span fewer warps); PRE and B_FIRST
-within 1%; taller tiles, whose scale rows are whole sectors, slower. The sweep checks every
-config's bytes against those of the config the CUDA tests ran with, on randn and special values."""
-CONFIG_BOTH = (32, 128, 2, True, False)
-"""The same for the both-layouts kernel (0.272 ms, against 0.288-0.298 ms with 4 warps)."""
+CONFIG = (64, 128, 2, False, True, "evict_last")
+"""The column-wise kernel's config. On the H100 (tools/bench/results/mx_dim1_tune_h100.json and
+the run before it): 0.0395-0.0402 ms at 64 MB, 0.147-0.150 ms at 256 MB, 0.566-0.572 ms at 1 GB;
+in tools/bench/mx_cast.py (results/mx_cast_cols_h100*.json, two runs) 0.0405/0.0414 ms at 64 MB
+and 0.150/0.156 ms at 256 MB, 0.898/0.889 and 0.933/0.915 of the copy's bandwidth. What made
+the difference: the input loads had been marked ``evict_first``, which cost 12% (0.166 ms at 256
+MB), and the compute: the conversion's own saturation and NaN (one multiply per element), 16-bit
+block maxima and one packed store per row for the scale bytes took the instructions per element
+from about 15 to 11 (Nsight Compute, results/mx_dim1_ncu_h100.txt). Other tiles (32-256 rows,
+32-256 columns, 1, 2 or 4 warps): 0.151-0.227 ms.
+A Gluon kernel that kept each column block in registers (no shared-memory transpose, the next
+block prefetched; commit e9c6667) ran within 1% of this one, so it was not kept."""
+CONFIG_BOTH = (32, 128, 2, True, True, "evict_last")
+"""The both-layouts kernel's config: 0.228-0.235 ms at 256 MB on the H100, against 0.265-0.268 ms
+with the loads marked ``evict_first`` as they were and 0.234-0.237 ms with 64 x 64 tiles; 1.21-1.61x
+the two separate casts and 1.99-2.68x torchao's compiled ``to_mx`` pair (results/mx_cast_cols_h100.json)."""
 
 
 @functools.cache
@@ -62,8 +67,14 @@ def supports(block_size: int) -> bool:
     return 2 <= block_size <= 32 and block_size & (block_size - 1) == 0
 
 
+def _hardware_convert(device: torch.device) -> bool:
+    """Whether the float32 -> e4m3 conversion is the hardware's ``cvt.rn.satfinite`` (sm_89+), whose
+    saturation and NaN the kernel then uses rather than an explicit clamp and select."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
+
+
 def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool,
-            config: tuple[int, int, int, bool, bool] | None = None):
+            config: tuple[int, int, int, bool, bool, str] | None = None):
     A, R, B = x3.shape
     dev = x3.device
     col_data = torch.empty((A, B, R), dtype=torch.float8_e4m3fn, device=dev)
@@ -77,10 +88,12 @@ def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool,
         kernel = _kernels()
         wide = max(x3.numel(), A * x3.stride(0) if A else 0) >= 2**31 - 1
 
-        tile_r, tile_b, warps, b_first, pre = config or (CONFIG_BOTH if both else CONFIG)
+        tile_r, tile_b, warps, b_first, pack, load_evict = config or (CONFIG_BOTH if both else CONFIG)
         tile_r = max(tile_r, block_size)  # whole column blocks per tile
         if both:
             tile_b = max(tile_b, block_size)  # and whole row blocks
+        # packed scale stores need whole tiles along each blocked dimension
+        pack = pack and R % tile_r == 0 and (not both or B % tile_b == 0)
         tiles_r, tiles_b = -(-R // tile_r), -(-B // tile_b)
         grid = (tiles_b, tiles_r, A) if b_first else (tiles_r, tiles_b, A)
 
@@ -88,7 +101,8 @@ def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool,
             kernel[grid](
                 x3, col_data, col_scale, row_data, row_scale, R, B, x3.stride(0), x3.stride(1), x3.stride(2),
                 BLOCK=block_size, RCEIL=rounding == "rceil", RECIPROCAL=C.RCEIL_RECIPROCAL, BOTH=both, WIDE_INDEX=wide,
-                TILE_R=tile_r, TILE_B=tile_b, B_FIRST=b_first, PRE=pre, num_warps=warps,
+                TILE_R=tile_r, TILE_B=tile_b, B_FIRST=b_first, HW=_hardware_convert(dev), PACK=pack,
+                LOAD_EVICT=load_evict, num_warps=warps,
             )
     return col_data, col_scale, row_data, row_scale
 

@@ -20,19 +20,72 @@ def _codes(amax_bits, RCEIL: tl.constexpr, RECIPROCAL: tl.constexpr):
         code = tl.maximum((amax_bits >> 23) - 8, 0)
     return tl.where(amax_bits >= 0x7F800000, 255, code)
 
+
 @triton.jit
-def _scale(x32, code):
-    reciprocal = ((254 - code) << 23).to(tl.float32, bitcast=True)
-    scaled = x32 * reciprocal
-    scaled = tl.minimum(tl.maximum(scaled, -448.0), 448.0)
-    return tl.where(code == 255, float("nan"), scaled)
+def _amax_bits(x, AXIS: tl.constexpr):
+    """The float32 bit pattern of the largest magnitude along ``AXIS`` (a block), NaN-safe: an
+    integer max of magnitude bits; for 16-bit inputs, of the 16-bit magnitudes (two per
+    instruction), converted to float32 once per block rather than once per element."""
+    if x.dtype.primitive_bitwidth == 16:
+        top = tl.max(x.to(tl.int16, bitcast=True) & 0x7FFF, axis=AXIS)
+        return top.to(tl.int16).to(x.dtype, bitcast=True).to(tl.float32).to(tl.int32, bitcast=True)
+    else:
+        return tl.max(x.to(tl.float32).to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=AXIS)
+
+
+@triton.jit
+def _scaled(x, code, HW: tl.constexpr):
+    """``x`` (any float dtype) times the block's exact power-of-two reciprocal, as float8.
+
+    HW (sm_89+): the float32 -> e4m3 conversion is ``cvt.rn.satfinite`` (what Triton emits there
+    too), which saturates at +-448 and keeps NaN, so the clamp is the hardware's and a NaN block's
+    reciprocal is a NaN: one multiply per element, and four conversions into one register (no
+    byte unpacking and repacking). Otherwise (Triton's interpreter) the clamp and the NaN are
+    explicit."""
+    x32 = x.to(tl.float32)
+    if HW:
+        reciprocal = tl.where(code == 255, 0x7FC00000, (254 - code) << 23).to(tl.float32, bitcast=True)
+        return tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; "
+            "mov.b32 $0, {lo, hi}; }", "=r,r,r,r,r", [x32 * reciprocal], dtype=tl.uint8, is_pure=True, pack=4,
+        ).to(tl.float8e4nv, bitcast=True)
+    else:
+        reciprocal = ((254 - code) << 23).to(tl.float32, bitcast=True)
+        scaled = tl.minimum(tl.maximum(x32 * reciprocal, -448.0), 448.0)
+        return tl.where(code == 255, float("nan"), scaled).to(tl.float8e4nv)
+
+
+@triton.jit
+def _store_codes(scale_ptr, row0, rows, n_blocks, pid, code, NB: tl.constexpr, PACK: tl.constexpr, mask):
+    """Scale bytes ``code`` ([rows, NB]) at ``scale_ptr + row * n_blocks + pid * NB + j``.
+
+    PACK (n_blocks a multiple of NB; NB 2, 4 or 8): a row's NB bytes as one 2/4/8-byte store,
+    one L2 sector write per row rather than NB partial ones."""
+    if PACK and (NB == 2 or NB == 4 or NB == 8):
+        shift = 8 * tl.arange(0, NB)
+        if NB == 8:
+            packed = tl.sum(code.to(tl.int64) << shift[None, :].to(tl.int64), axis=1)
+            ptr = scale_ptr.to(tl.pointer_type(tl.int64))
+        elif NB == 4:
+            packed = tl.sum(code << shift[None, :], axis=1)
+            ptr = scale_ptr.to(tl.pointer_type(tl.int32))
+        else:
+            packed = tl.sum(code << shift[None, :], axis=1).to(tl.int16)
+            ptr = scale_ptr.to(tl.pointer_type(tl.int16))
+        tl.store(ptr + (row0 + rows * n_blocks) // NB + pid, packed, mask=mask)
+    else:
+        j = pid * NB + tl.arange(0, NB)
+        tl.store(scale_ptr + row0 + rows[:, None] * n_blocks + j[None, :], code.to(tl.uint8),
+                 mask=mask[:, None] & (j < n_blocks)[None, :])
+
 
 @triton.jit
 def mxfp8_cast_cols_kernel(
     x_ptr, col_data_ptr, col_scale_ptr, row_data_ptr, row_scale_ptr,
     R, B, stride_a, stride_r, stride_b,
     BLOCK: tl.constexpr, RCEIL: tl.constexpr, RECIPROCAL: tl.constexpr, BOTH: tl.constexpr, WIDE_INDEX: tl.constexpr,
-    TILE_R: tl.constexpr, TILE_B: tl.constexpr, B_FIRST: tl.constexpr, PRE: tl.constexpr,
+    TILE_R: tl.constexpr, TILE_B: tl.constexpr, B_FIRST: tl.constexpr, HW: tl.constexpr, PACK: tl.constexpr,
+    LOAD_EVICT: tl.constexpr,
 ):
     if B_FIRST:  # consecutive programs read side by side along B (whole input rows between them)
         pid_b = tl.program_id(0)
@@ -48,47 +101,23 @@ def mxfp8_cast_cols_kernel(
     r = pid_r * TILE_R + tl.arange(0, TILE_R)
     b = pid_b * TILE_B + tl.arange(0, TILE_B)
     mask = (r < R)[:, None] & (b < B)[None, :]
+    # LOAD_EVICT: "evict_first" here cost the H100 kernels 8-18% (tools/bench/results/mx_dim1_tune_h100.json)
     x = tl.load(x_ptr + a * stride_a + r[:, None] * stride_r + b[None, :] * stride_b, mask=mask, other=0.0,
-                eviction_policy="evict_first")
+                eviction_policy=LOAD_EVICT)
     base = a * B * R
-    n_col_blocks = R // BLOCK
-    rb = pid_r * (TILE_R // BLOCK) + tl.arange(0, TILE_R // BLOCK)
-    if PRE:
-        # column blocks (BLOCK consecutive rows of one column) reduced down the rows of the tile as
-        # loaded; only the float8 bytes and the scale bytes are transposed (the fewest bytes)
-        x32 = x.to(tl.float32)
-        col_bits = x32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        col_amax = tl.max(tl.reshape(col_bits, (TILE_R // BLOCK, BLOCK, TILE_B)), axis=1)
-        col_code = _codes(col_amax, RCEIL, RECIPROCAL)  # [TILE_R // BLOCK, TILE_B]
-        col_data = _scale(tl.reshape(x32, (TILE_R // BLOCK, BLOCK, TILE_B)), col_code[:, None, :])
-        col_bytes = tl.reshape(col_data, (TILE_R, TILE_B)).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-        tl.store(col_data_ptr.to(tl.pointer_type(tl.uint8)) + base + b[:, None] * R + r[None, :], tl.trans(col_bytes),
-                 mask=(b < B)[:, None] & (r < R)[None, :])
-        col_code = tl.trans(col_code)  # [TILE_B, TILE_R // BLOCK]
-    else:
-        # column blocks along the last axis of the transposed tile: the transpose moves the input
-        # once through shared memory, and the reduction and the stores then go as in the row-wise
-        # kernel (contiguous along R in the [A, B, R] output)
-        xt = tl.trans(x)  # [TILE_B, TILE_R]
-        xt32 = xt.to(tl.float32)
-        col_bits = xt32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        col_amax = tl.max(tl.reshape(col_bits, (TILE_B, TILE_R // BLOCK, BLOCK)), axis=2)
-        col_code = _codes(col_amax, RCEIL, RECIPROCAL)  # [TILE_B, TILE_R // BLOCK]
-        col_data = _scale(tl.reshape(xt32, (TILE_B, TILE_R // BLOCK, BLOCK)), col_code[:, :, None])
-        tl.store(col_data_ptr + base + b[:, None] * R + r[None, :],
-                 tl.reshape(col_data, (TILE_B, TILE_R)).to(tl.float8e4nv), mask=(b < B)[:, None] & (r < R)[None, :])
-    col_mask = (rb < n_col_blocks)[None, :] & (b < B)[:, None]
-    tl.store(col_scale_ptr + a * B * n_col_blocks + b[:, None] * n_col_blocks + rb[None, :],
-             col_code.to(tl.uint8), mask=col_mask)
+    # column blocks along the last axis of the transposed tile; the compiler moves whichever of
+    # the input and the float8 bytes it picks through shared memory, and the stores are contiguous
+    # along R in the [A, B, R] output
+    NB: tl.constexpr = TILE_R // BLOCK
+    xt = tl.reshape(tl.trans(x), (TILE_B, NB, BLOCK))
+    col_code = _codes(_amax_bits(xt, 2), RCEIL, RECIPROCAL)  # [TILE_B, NB]
+    col_data = tl.reshape(_scaled(xt, col_code[:, :, None], HW), (TILE_B, TILE_R))
+    tl.store(col_data_ptr + base + b[:, None] * R + r[None, :], col_data, mask=(b < B)[:, None] & (r < R)[None, :])
+    _store_codes(col_scale_ptr, a * B * (R // BLOCK), b, R // BLOCK, pid_r, col_code, NB, PACK, b < B)
     if BOTH:
-        x32 = x.to(tl.float32)
-        abs_bits = x32.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        row_amax = tl.max(tl.reshape(abs_bits, (TILE_R, TILE_B // BLOCK, BLOCK)), axis=2)
-        row_code = _codes(row_amax, RCEIL, RECIPROCAL)
-        row_data = _scale(tl.reshape(x32, (TILE_R, TILE_B // BLOCK, BLOCK)), row_code[:, :, None])
-        tl.store(row_data_ptr + base + r[:, None] * B + b[None, :], tl.reshape(row_data, (TILE_R, TILE_B)).to(tl.float8e4nv), mask=mask)
-        n_row_blocks = B // BLOCK
-        bb = pid_b * (TILE_B // BLOCK) + tl.arange(0, TILE_B // BLOCK)
-        row_mask = (r < R)[:, None] & (bb < n_row_blocks)[None, :]
-        tl.store(row_scale_ptr + a * R * n_row_blocks + r[:, None] * n_row_blocks + bb[None, :],
-                 row_code.to(tl.uint8), mask=row_mask)
+        NRB: tl.constexpr = TILE_B // BLOCK
+        xr = tl.reshape(x, (TILE_R, NRB, BLOCK))
+        row_code = _codes(_amax_bits(xr, 2), RCEIL, RECIPROCAL)  # [TILE_R, NRB]
+        row_data = tl.reshape(_scaled(xr, row_code[:, :, None], HW), (TILE_R, TILE_B))
+        tl.store(row_data_ptr + base + r[:, None] * B + b[None, :], row_data, mask=mask)
+        _store_codes(row_scale_ptr, a * R * (B // BLOCK), r, B // BLOCK, pid_b, row_code, NRB, PACK, r < R)
