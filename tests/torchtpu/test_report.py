@@ -239,3 +239,27 @@ def test_selftest_fires_the_probe_and_fails_without_it(monkeypatch):
     torch._dynamo.reset()
     missing = selftest_child._program()["torchtpu.compiler"]
     assert "no TorchTPU forward graph" in missing and "no summed later calls" in missing
+
+
+def test_a_failure_in_the_probe_warns_and_the_model_runs(monkeypatch):
+    """A bug (or an upstream change) inside the probe's bookkeeping: one DiagnosticsWarning, the
+    probe marked failed in the report, and the program's results those of a run without diagnostics."""
+    from xlabridge.diagnostics._probes import torchtpu as probe
+    from xlabridge.errors import DiagnosticsWarning
+
+    def broken(inputs):
+        raise RuntimeError("simulated bookkeeping bug")
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    with diagnose():
+        expected = torch.compile(model, backend="tpu", dynamic=False)(x)
+    monkeypatch.setattr(probe, "input_specs", broken)
+    torch._dynamo.reset()
+    with pytest.warns(DiagnosticsWarning, match="simulated bookkeeping bug"), diagnose() as report:
+        out = torch.compile(model, backend="tpu", dynamic=False)(x)
+    assert torch.equal(out, expected)
+    (status,) = [p for p in report.probes if p.name == probe.INFO.name]
+    assert status.state == "failed"

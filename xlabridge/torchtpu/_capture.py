@@ -31,7 +31,7 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -177,7 +177,8 @@ class GraphCapture:
         capture = self
         partitions = {"forward": itertools.count(), "backward": itertools.count()}
 
-        def on_partition(partition: torchtpu_probe.Partition) -> None:
+        def on_partition(record: Callable[[], torchtpu_probe.Partition]) -> None:
+            partition = record()  # a symbolic input size raises NotImplementedError, as GraphCapture says
             lines = {}
             for node in partition.graph_module.graph.nodes:
                 line = _user_line(node) if node.op == "call_function" else None

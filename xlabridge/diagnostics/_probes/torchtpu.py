@@ -146,7 +146,9 @@ def stand_in() -> bool:
 
 # ---------------------------------------------------------------- one compiler instance
 
-Listener = Callable[[Partition], None]
+Listener = Callable[[Callable[[], Partition]], None]
+"""Told of each partition compiled, with a function that makes its record (which may raise: a
+symbolic input size), so that each listener decides what a failure means to it."""
 
 
 def observe_compiler(split: Any, listener: Listener, *, run_on_cpu: bool) -> bool:
@@ -172,16 +174,20 @@ def observe_compiler(split: Any, listener: Listener, *, run_on_cpu: bool) -> boo
             started = time.perf_counter()
             result = original_call(*args, **kwargs)
             seconds = time.perf_counter() - started
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            gm, inputs = bound.arguments["graph_module"], bound.arguments["example_inputs"]
-            partition = Partition(
-                "forward" if bound.arguments["is_fwd"] else "backward", bound.arguments["module_name"], gm,
-                input_specs(inputs), [n for n in gm.graph.nodes if _is_collective(n)], seconds,
-                base._xlabridge_on_cpu,
-            )
+            on_cpu = base._xlabridge_on_cpu
+
+            @functools.cache
+            def record() -> Partition:
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                gm, inputs = bound.arguments["graph_module"], bound.arguments["example_inputs"]
+                return Partition(
+                    "forward" if bound.arguments["is_fwd"] else "backward", bound.arguments["module_name"], gm,
+                    input_specs(inputs), [n for n in gm.graph.nodes if _is_collective(n)], seconds, on_cpu,
+                )
+
             for each in list(listeners):
-                each(partition)
+                each(record)
             return result
 
         base.__call__ = __call__
@@ -324,10 +330,12 @@ class _Graph:
             self.pending_calls, self.pending_seconds, self.pending_spans = 0, 0.0, []
 
 
-def _on_partition(partition: Partition) -> None:
+def _on_partition(record: Callable[[], Partition]) -> None:
     stack = getattr(_COMPILING, "graphs", None)
     if stack:
-        stack[-1].partitions.append(partition)
+        partition = _recorder.safely(INFO.name, "recording a TorchTPU partition", record)
+        if partition is not None:
+            stack[-1].partitions.append(partition)
 
 
 def _role(is_fwd: bool) -> str:
