@@ -252,7 +252,8 @@ class _Worker:
 # HloModuleProto.{host_program_shape, buffer_donor}; ProgramShapeProto.parameters;
 # ShapeProto.{element_type, tuple_shapes}; HloBufferDonorProto.entries;
 # BufferDonorEntryProto.{parameter_number, parameter_shape_index} (xla/service/hlo.proto,
-# xla/xla_data.proto). PrimitiveType TUPLE is 13.
+# xla/xla_data.proto). PrimitiveType TUPLE is 13. jaxlib exposes none of them, so they are decoded
+# from the wire format, as xlabridge.pod._hlo_proto does (the worker imports no xlabridge module).
 _MODULE_PROGRAM_SHAPE, _MODULE_BUFFER_DONOR = 4, 18
 _PROGRAM_PARAMETERS = 1
 _SHAPE_ELEMENT_TYPE, _SHAPE_TUPLE_SHAPES = 2, 4
