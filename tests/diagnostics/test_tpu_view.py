@@ -193,6 +193,50 @@ def test_cli_refuses_an_unknown_topology_before_running_the_command(tmp_path):
     assert not marker.exists()
 
 
+DONATING_STEPS = """
+import torch, torch_xla
+
+device = torch_xla.device()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(), torch.nn.Linear(256, 256)).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+x, y = torch.randn(64, 128).to(device), torch.randint(0, 256, (64,)).to(device)
+for _ in range(3):
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    torch_xla.sync()
+"""
+
+
+def test_cli_tpu_view_aliases_what_a_synced_step_donates(tmp_path):
+    """A lazily traced step's graph comes from XLA's dump with torch_xla's buffer donors: its TPU
+    row aliases the parameters (first step, which creates the momentum buffers) and then the
+    momentum buffers too, as a compile without xlabridge that aliases them through
+    input_output_alias does (sizes of tests/tpu/_donating_step.py: XLA:TPU's tiles, no padding)."""
+    script, logs, out = tmp_path / "steps.py", tmp_path / "logs", tmp_path / "report.json"
+    script.write_text(DONATING_STEPS)
+    result = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "report", "--tpu", TOPOLOGY, "--events", str(logs),
+         "--json", str(out), "--", sys.executable, str(script)],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PJRT_DEVICE": "CPU"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [row for row in Report.from_dict(json.loads(out.read_text())).tpu.graphs if row.alias_bytes]
+    parameters = (128 * 256 + 256 + 256 * 256 + 256) * 4
+    assert sorted(row.alias_bytes for row in rows) == [parameters, 2 * parameters]
+    suffix = f".{TOPOLOGY.replace(':', '_')}.tpu.txt"
+    jobs = [{"kind": "proto", "proto": (logs / row.tpu_hlo_file.removesuffix(suffix)).read_bytes(),
+             "topology": TOPOLOGY, "alias": True} for row in rows]
+    for row, expected in zip(rows, _reference.run(jobs, tmp_path)):
+        assert row.origin == "lazy" and row.compiled and row.fits
+        assert (row.argument_bytes, row.output_bytes, row.alias_bytes, row.temp_bytes, row.code_bytes) == (
+            expected["memory"]["argument_bytes"], expected["memory"]["output_bytes"],
+            expected["memory"]["alias_bytes"], expected["memory"]["temp_bytes"],
+            expected["memory"]["generated_code_bytes"])
+
+
 FIVE_MODELS = """
 import torch, torch_xla
 from tests import models

@@ -7,6 +7,12 @@ its optimized HloModuleProto (counted by ``_hlo_proto.kernels``). JAX functions 
 JAX's own AOT path (``jit(f).trace(...).lower().compile()``); HLO protos through the
 compile-only client, as ``hlo_to_stablehlo`` then ``compile``. A job may also ask for a
 GSPMD-sharded HloModuleProto of a JAX function (the form torch_xla's SPMD graphs take).
+
+``hlo_to_stablehlo`` drops a module's buffer donors (``HloModuleProto.buffer_donor``, what
+torch_xla marks) but keeps its ``input_output_alias``. A proto job with ``"alias": True`` applies
+the donation that way: each output is paired here with the first unpaired donor parameter of the
+same element type and dimensions, the pairs are written into the proto as ``input_output_alias``
+(may-alias) and the donors removed, and the result holds the pairs (``"aliases"``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from tests.tpu._hlo_proto import _fields, _varint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,6 +52,78 @@ def _memory(stats: Any) -> dict[str, int]:
     }
 
 
+# HloModuleProto.{host_program_shape, input_output_alias, buffer_donor}; ProgramShapeProto.
+# {parameters, result}; ShapeProto.{element_type, dimensions, tuple_shapes};
+# HloBufferDonorProto.entries, BufferDonorEntryProto.{parameter_number, parameter_shape_index};
+# HloInputOutputAliasProto.entries, AliasEntryProto.{output_shape_index, parameter_number, kind}.
+_PROGRAM_SHAPE, _ALIAS, _DONORS = 4, 8, 18
+_PARAMETERS, _RESULT = 1, 2
+_ELEMENT_TYPE, _DIMENSIONS, _TUPLE_SHAPES = 2, 3, 4
+_MAY_ALIAS = 1
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _encode(fields: list[tuple[int, int, Any]]) -> bytes:
+    out = bytearray()
+    for number, wire, value in fields:
+        out += _encode_varint(number << 3 | wire)
+        if wire == 0:
+            out += _encode_varint(value)
+        elif wire == 2:
+            out += _encode_varint(len(value)) + value
+        else:
+            out += value
+    return bytes(out)
+
+
+def _array(shape: bytes) -> tuple[int, tuple[int, ...]]:
+    """(element type, dimensions) of an array ShapeProto."""
+    element, dimensions = 0, []
+    for number, wire, value in _fields(shape):
+        if number == _ELEMENT_TYPE:
+            element = value
+        elif number == _DIMENSIONS:
+            if wire == 2:
+                i = 0
+                while i < len(value):
+                    item, i = _varint(value, i)
+                    dimensions.append(item)
+            else:
+                dimensions.append(value)
+    return element, tuple(dimensions)
+
+
+def donors_to_aliases(proto: bytes) -> tuple[bytes, list[tuple[int, int]]]:
+    """``proto`` with its buffer donors replaced by input_output_alias pairs; the (output, parameter) pairs."""
+    fields = list(_fields(proto))
+    donors = sorted(
+        next((v for n, _, v in _fields(entry) if n == 1), 0)
+        for n, _, record in fields if n == _DONORS for _, _, entry in _fields(record)
+    )
+    program = next(v for n, _, v in fields if n == _PROGRAM_SHAPE)
+    parameters = [_array(v) for n, _, v in _fields(program) if n == _PARAMETERS]
+    result = next(v for n, _, v in _fields(program) if n == _RESULT)
+    outputs = [_array(v) for n, _, v in _fields(result) if n == _TUPLE_SHAPES]
+    free, pairs = list(donors), []
+    for output, shape in enumerate(outputs):
+        donor = next((d for d in free if parameters[d] == shape), None)
+        if donor is not None:
+            free.remove(donor)
+            pairs.append((output, donor))
+    entries = [(1, 2, _encode([(1, 2, _encode_varint(output)), (2, 0, parameter), (4, 0, _MAY_ALIAS)]))
+               for output, parameter in pairs]
+    kept = [field for field in fields if field[0] not in (_ALIAS, _DONORS)]
+    return _encode(kept + [(_ALIAS, 2, _encode(entries))]), pairs
+
+
 def _job(job: dict[str, Any]) -> dict[str, Any]:
     import importlib
 
@@ -56,6 +136,7 @@ def _job(job: dict[str, Any]) -> dict[str, Any]:
     devices = topologies.get_topology_desc(topology_name=job["topology"], platform="tpu").devices
     if job["kind"] == "proto":
         n = job.get("num_partitions", 1)
+        proto, aliases = donors_to_aliases(job["proto"]) if job.get("alias") else (job["proto"], [])
         options = xc.CompileOptions()
         options.executable_build_options.num_partitions = n
         options.executable_build_options.use_shardy_partitioner = False
@@ -63,10 +144,10 @@ def _job(job: dict[str, Any]) -> dict[str, Any]:
             options.executable_build_options.use_spmd_partitioning = True
             options.executable_build_options.device_assignment = xc.DeviceAssignment.create(np.arange(n).reshape(1, n))
         executable = devices[0].client.compile(
-            xc._xla.mlir.hlo_to_stablehlo(job["proto"]), xc.DeviceList(tuple(devices[:n])), options
+            xc._xla.mlir.hlo_to_stablehlo(proto), xc.DeviceList(tuple(devices[:n])), options
         )
         return {"memory": _memory(executable.get_compiled_memory_stats()),
-                "proto": executable.hlo_modules()[0].as_serialized_hlo_module_proto()}
+                "proto": executable.hlo_modules()[0].as_serialized_hlo_module_proto(), "aliases": aliases}
     module, _, name = job["fn"].partition(":")
     fn = getattr(importlib.import_module(module), name)
     mesh_axes = job.get("mesh")

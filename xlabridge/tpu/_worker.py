@@ -10,6 +10,10 @@ JAX prints can corrupt a reply. The client imports this module for the framing o
 Before compiling, the worker writes the graph's text to the path the client names, so a graph
 that XLA refuses, or that kills the worker, is on disk; after a compile that returns, it
 removes the file unless asked to keep it.
+
+An HLO module proto is compiled as the StableHLO ``hlo_to_stablehlo`` makes of it, with the
+module's buffer donors (torch_xla's donation of what a step replaces) carried over as
+``jax.buffer_donor`` arguments, which the conversion would otherwise drop.
 """
 
 from __future__ import annotations
@@ -110,9 +114,18 @@ class _Worker:
         if fmt == "hlo-proto":
             try:
                 text = self._xc._xla.HloModule.from_serialized_hlo_module_proto(module).to_string()
-                module = self._xc._xla.mlir.hlo_to_stablehlo(module)
+                stablehlo = self._xc._xla.mlir.hlo_to_stablehlo(module)
             except Exception as error:
                 return {"status": BAD_REQUEST, "message": f"not an HLO module proto: {error}"}
+            # hlo_to_stablehlo keeps input_output_alias (a module attribute) but drops the
+            # buffer donors torch_xla marks (a step donates what it replaces through them): put
+            # them back as JAX marks a donation, so that XLA:TPU pairs them with outputs as it
+            # does when torch_xla compiles the graph on a TPU.
+            try:
+                donors = _buffer_donors(module)
+                module = _mark_donors(stablehlo, donors) if donors else stablehlo
+            except ValueError as error:
+                return {"status": BAD_REQUEST, "message": str(error)}
             # torch_xla's SPMD graphs carry GSPMD shardings (HloSharding), which Shardy ignores.
             shardy = False
             # Their outputs carry no sharding: torch_xla lets XLA propagate one to them when it
@@ -234,6 +247,131 @@ class _Worker:
     def _discard(graph_path: str, request: dict[str, Any]) -> None:
         if not request.get("keep_graph"):
             os.remove(graph_path)
+
+
+# HloModuleProto.{host_program_shape, buffer_donor}; ProgramShapeProto.parameters;
+# ShapeProto.{element_type, tuple_shapes}; HloBufferDonorProto.entries;
+# BufferDonorEntryProto.{parameter_number, parameter_shape_index} (xla/service/hlo.proto,
+# xla/xla_data.proto). PrimitiveType TUPLE is 13. jaxlib exposes none of them, so they are decoded
+# from the wire format, as xlabridge.pod._hlo_proto does (the worker imports no xlabridge module).
+_MODULE_PROGRAM_SHAPE, _MODULE_BUFFER_DONOR = 4, 18
+_PROGRAM_PARAMETERS = 1
+_SHAPE_ELEMENT_TYPE, _SHAPE_TUPLE_SHAPES = 2, 4
+_DONOR_ENTRIES = 1
+_ENTRY_PARAMETER, _ENTRY_SHAPE_INDEX = 1, 2
+_TUPLE = 13
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, position
+
+
+def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
+    """The (field number, value) pairs of one protobuf message: ints for varints, bytes for the
+    length-delimited fields (fixed-width ones are skipped: none is read here)."""
+    fields: list[tuple[int, int | bytes]] = []
+    position = 0
+    while position < len(data):
+        key, position = _varint(data, position)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            value, position = _varint(data, position)
+            fields.append((number, value))
+        elif wire_type == 2:
+            length, position = _varint(data, position)
+            fields.append((number, data[position : position + length]))
+            position += length
+        elif wire_type in (1, 5):
+            position += 8 if wire_type == 1 else 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire_type}")
+    return fields
+
+
+def _values(fields: list[tuple[int, int | bytes]], number: int) -> list[Any]:
+    return [value for field, value in fields if field == number]
+
+
+def _integers(fields: list[tuple[int, int | bytes]], number: int) -> list[int]:
+    """A repeated int64 field, packed (bytes) or not (one varint per entry)."""
+    out: list[int] = []
+    for value in _values(fields, number):
+        if isinstance(value, int):
+            out.append(value)
+            continue
+        position = 0
+        while position < len(value):
+            item, position = _varint(value, position)
+            out.append(item)
+    return out
+
+
+def _leaves(shape: bytes) -> list[tuple[int, ...]]:
+    """The shape indices of a ShapeProto's array leaves, in order (an array: ``[()]``)."""
+    fields = _fields(shape)
+    if (_values(fields, _SHAPE_ELEMENT_TYPE) or [0])[0] != _TUPLE:
+        return [()]
+    return [(i, *index) for i, element in enumerate(_values(fields, _SHAPE_TUPLE_SHAPES)) for index in _leaves(element)]
+
+
+def _buffer_donors(proto: bytes) -> list[int]:
+    """The entry arguments the module's buffer donors name, as ``hlo_to_stablehlo`` numbers them.
+
+    ``hlo_to_stablehlo`` flattens tuple parameters into one argument per array (torch_xla wraps
+    its parameters in one tuple past 3200 of them, and its donors are then ``(0, {i})``), so a
+    donor ``(parameter, index)`` is the position of that leaf among all parameters' leaves.
+    """
+    module = _fields(proto)
+    donors = [_fields(entry) for record in _values(module, _MODULE_BUFFER_DONOR)
+              for entry in _values(_fields(record), _DONOR_ENTRIES)]
+    if not donors:
+        return []
+    shapes = _values(module, _MODULE_PROGRAM_SHAPE)
+    parameters = _values(_fields(shapes[0]), _PROGRAM_PARAMETERS) if shapes else []
+    if not parameters:
+        raise ValueError("the module marks buffer donors but carries no program shape to place them")
+    arguments = {(number, leaf): position for position, (number, leaf) in enumerate(
+        (number, leaf) for number, shape in enumerate(parameters) for leaf in _leaves(shape))}
+    positions = []
+    for entry in donors:
+        key = ((_values(entry, _ENTRY_PARAMETER) or [0])[0], tuple(_integers(entry, _ENTRY_SHAPE_INDEX)))
+        if key not in arguments:
+            raise ValueError(f"buffer donor (parameter {key[0]}, index {list(key[1])}) names no array of the "
+                             f"module's {len(parameters)} parameters")
+        positions.append(arguments[key])
+    return sorted(set(positions))
+
+
+def _mark_donors(module: bytes, donors: list[int]) -> bytes:
+    """``module`` (StableHLO) with ``jax.buffer_donor`` on those arguments of ``main``: what
+    JAX writes for a donated argument, which XLA turns back into the module's buffer donors."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    with mlir.make_ir_context():
+        parsed = ir.Module.parse(module)
+        main = next(op for op in parsed.body.operations
+                    if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        count = len(main.regions[0].blocks[0].arguments)
+        if donors[-1] >= count:
+            raise ValueError(f"the module's buffer donors name argument {donors[-1]} of main, which has {count}")
+        old = list(main.attributes["arg_attrs"]) if "arg_attrs" in main.attributes else [ir.DictAttr.get({})] * count
+        attrs = []
+        for position, attr in enumerate(old):
+            kept = ir.DictAttr(attr)
+            entries = {kept[i].name: kept[i].attr for i in range(len(kept))}  # SPMD graphs: mhlo.sharding
+            if position in donors:
+                entries["jax.buffer_donor"] = ir.BoolAttr.get(True)
+            attrs.append(ir.DictAttr.get(entries))
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
+        return mlir.module_to_bytecode(parsed)
 
 
 def _compile_module(client: Any, module: bytes, devices: Any, options: Any) -> Any:

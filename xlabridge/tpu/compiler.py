@@ -136,7 +136,11 @@ class TpuCompiler:
     def compile_hlo_proto(
         self, proto: bytes, *, num_partitions: int = 1, topology: str | Topology | None = None, name: str = "graph"
     ) -> TpuCompileResult:
-        """Compile a serialized HLO module proto (``torch_xla._XLAC._get_xla_tensors_hlo_proto``)."""
+        """Compile a serialized HLO module proto (``torch_xla._XLAC._get_xla_tensors_hlo_proto``).
+
+        Its input/output aliasing and buffer donors (torch_xla's donation of what a step
+        replaces) are compiled with it: XLA:TPU pairs each donor with an output it can reuse.
+        """
         if not isinstance(proto, bytes):
             raise TypeError(f"proto must be the bytes of a serialized HloModuleProto, got {type(proto).__name__}")
         return self._compile_module(proto, "hlo-proto", "hlo.txt", num_partitions, topology, name)
@@ -161,7 +165,9 @@ class TpuCompiler:
 
         The graph is taken as torch_xla would hand it to XLA, without running it. Under
         torch_xla SPMD (``xr.use_spmd()``) it carries the tensors' shardings; pass the mesh's
-        device count as ``num_partitions``.
+        device count as ``num_partitions``. It carries no buffer donation: torch_xla marks its
+        donors only in the graph a step marker compiles (XLA's dump of that graph has them, and
+        ``compile_hlo_proto`` of it honors them).
         """
         import torch
 
