@@ -142,23 +142,29 @@ def test_cuda_column_kernel_tiles(dtype, rounding):
 
 
 @requires_cuda
-@pytest.mark.parametrize("both", [False, True])
-def test_cuda_persistent_grid_writes_the_same_bytes(both):
+def test_cuda_persistent_grid_writes_the_same_bytes():
     """The persistent grid (programs looping over tiles; here fewer programs than the GPU holds, so
     that programs take unequal numbers of tiles) against a program per tile, on several matrices."""
     from xlabridge.mx import _triton_cols
 
     x = make_input((3, 320, 384), torch.bfloat16, seed=85).cuda()
-    config = _triton_cols.CONFIG_BOTH if both else _triton_cols.CONFIG
-    per_tile = _triton_cols._launch(x, 32, "rceil", both, config=config[:6] + (False,))
+    per_tile = _triton_cols._launch(x, 32, "rceil", False, config=_triton_cols.CONFIG[:6] + (False,))
     programs = _triton_cols._programs
     _triton_cols._programs = lambda n_tiles, slots: 7
     try:
-        persistent = _triton_cols._launch(x, 32, "rceil", both, config=config[:6] + (True,))
+        persistent = _triton_cols._launch(x, 32, "rceil", False, config=_triton_cols.CONFIG[:6] + (True,))
     finally:
         _triton_cols._programs = programs
-    for a, b in zip(per_tile[: 4 if both else 2], persistent):
+    for a, b in zip(per_tile[:2], persistent):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+@pytest.mark.parametrize("both", [False, True])
+def test_persistent_grid_is_column_wise_only(both):
+    from xlabridge.mx import _triton_cols
+
+    with pytest.raises(ValueError, match="PERSIST takes the column-wise kernel"):
+        _triton_cols._launch(torch.zeros(1, 64, 128), 32, "floor", both, config=(32, 128, 2, True, True, "", True))
 
 
 def test_persistent_programs_share_tiles_evenly():

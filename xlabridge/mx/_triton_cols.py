@@ -29,14 +29,15 @@ _FEATURE = "xlabridge.mx CUDA kernel"
 
 CONFIGS = (
     (64, 128, 2, False, True, "evict_last", True), (64, 128, 2, False, True, "evict_last", False),
-    (64, 128, 2, False, True, "", False), (32, 128, 2, True, True, "evict_last", False), (32, 128, 2, True, True, "evict_last", True),
+    (64, 128, 2, False, True, "", False), (32, 128, 2, True, True, "evict_last", False),
     (64, 128, 1, False, True, "evict_last", False), (64, 64, 1, False, True, "evict_last", False),
     (64, 128, 2, False, True, "evict_first", False),
 )
 """(TILE_R, TILE_B, num_warps, B_FIRST, PACK, LOAD_EVICT, PERSIST) candidates (B_FIRST: the tiles'
 fastest order walks ``B``; PACK: a tile's scale bytes of an output row as one store; LOAD_EVICT:
 the input loads' L2 eviction policy; PERSIST: a persistent grid of ``_programs`` programs that
-loop over the tiles, rather than a program per tile); each tile holds
+loop over the tiles, rather than a program per tile: for the column-wise kernel in the tiles'
+default order only, see ``_launch``); each tile holds
 whole blocks of up to 32 elements both ways (larger block sizes take ``_triton.py``'s kernel on a
 transposed copy)."""
 
@@ -126,11 +127,15 @@ def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool,
         row_scale = torch.empty((A, R, B // block_size), dtype=torch.uint8, device=dev)
     else:
         row_data, row_scale = col_data, col_scale  # not written
+    tile_r, tile_b, warps, b_first, pack, load_evict, persist = config or (CONFIG_BOTH if both else CONFIG)
+    if persist and (both or b_first):
+        # the only persistent grid measured and tested; the both-layouts kernel's (32 x 128 tiles,
+        # B_FIRST) stopped on a misaligned address on the H100 (tools/bench/results/gpu_pytest_mx_persist.txt)
+        raise ValueError(f"config={config!r}: PERSIST takes the column-wise kernel (both=False) with B_FIRST=False")
     if x3.numel():
         kernel = _kernels()
         wide = max(x3.numel(), A * x3.stride(0) if A else 0) >= 2**31 - 1
 
-        tile_r, tile_b, warps, b_first, pack, load_evict, persist = config or (CONFIG_BOTH if both else CONFIG)
         tile_r = max(tile_r, block_size)  # whole column blocks per tile
         if both:
             tile_b = max(tile_b, block_size)  # and whole row blocks
