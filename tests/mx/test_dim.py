@@ -142,42 +142,6 @@ def test_cuda_column_kernel_tiles(dtype, rounding):
 
 
 @requires_cuda
-def test_cuda_persistent_grid_writes_the_same_bytes():
-    """The persistent grid (programs looping over tiles; here fewer programs than the GPU holds, so
-    that programs take unequal numbers of tiles) against a program per tile, on several matrices."""
-    from xlabridge.mx import _triton_cols
-
-    x = make_input((3, 320, 384), torch.bfloat16, seed=85).cuda()
-    per_tile = _triton_cols._launch(x, 32, "rceil", False, config=_triton_cols.CONFIG[:6] + (False,))
-    programs = _triton_cols._programs
-    _triton_cols._programs = lambda n_tiles, slots: 7
-    try:
-        persistent = _triton_cols._launch(x, 32, "rceil", False, config=_triton_cols.CONFIG[:6] + (True,))
-    finally:
-        _triton_cols._programs = programs
-    for a, b in zip(per_tile[:2], persistent):
-        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-
-
-@pytest.mark.parametrize("both", [False, True])
-def test_persistent_grid_is_column_wise_only(both):
-    from xlabridge.mx import _triton_cols
-
-    with pytest.raises(ValueError, match="PERSIST takes the column-wise kernel"):
-        _triton_cols._launch(torch.zeros(1, 64, 128), 32, "floor", both, config=(32, 128, 2, True, True, "", True))
-
-
-def test_persistent_programs_share_tiles_evenly():
-    from xlabridge.mx import _triton_cols
-
-    for n_tiles, slots in ((4096, 792), (16384, 792), (65536, 792), (64, 792), (1000, 7), (793, 792)):
-        programs = _triton_cols._programs(n_tiles, slots)
-        per_program = -(-n_tiles // slots)
-        assert programs <= slots and -(-n_tiles // programs) == per_program  # as few rounds as slots allow
-        assert n_tiles // programs >= per_program - 1  # no program more than one tile short
-
-
-@requires_cuda
 def test_cuda_under_torch_compile():
     x = make_input((256, 512), torch.bfloat16, seed=84).cuda()
 

@@ -258,8 +258,8 @@ def cols_side(gpu_time, kernels_of) -> dict:
     def as_bytes(outputs):
         return [t.view(torch.uint8).clone() for t in outputs]
 
-    # configs are ranked by their time over 256 MB of input at two sizes: one 256 MB tensor and
-    # four of 64 MB (the persistent grids are for the smaller sizes' last wave)
+    # configs are ranked by their time over 256 MB of input at two sizes, one 256 MB tensor and
+    # four of 64 MB, so that the chosen one is not tuned for 256 MB alone
     x64 = [torch.randn(shape_for(64), device=dev, dtype=torch.bfloat16) for _ in range(4)]
     sweeps = {}
     for kind, fn, attr in (("dim1", dim1, "CONFIG"), ("both", both, "CONFIG_BOTH")):

@@ -1,21 +1,21 @@
 """Configs of the column-wise (dim1) and both-layouts kernels (``_triton_cols.py``) on the H100:
-tiles and warps, a program per tile or a persistent grid (``PROGRAMS``: how many programs). Every config
+tiles, warps and the input loads' L2 eviction hint (the kernels had ``evict_first``). Every config
 is checked byte for byte against the eager CPU cast (itself checked against the NumPy spec model
 by tests/mx) on randn and on seeded inputs with 40% special blocks (NaN, Inf, subnormals, zeros,
 ties, saturation), bf16/fp32/fp16, both roundings, odd shapes; then timed at 256 MB (bf16
-16384 x 8192, CUDA-graph replays as tools/bench/mx_cast.py), then all again at 64 MB (three
-rounds), 256 MB and 1 GB, next to a copy timed in the same round.
+16384 x 8192, CUDA-graph replays as tools/bench/mx_cast.py), the fastest again at 64 MB (four
+rounds), 256 MB (two) and 1 GB, next to a copy timed in the same round.
 
     PYTHONPATH=. python3 tools/bench/mx_dim1_tune.py   # writes $OUT/mx_dim1_tune.json
 
 Kernels compile in parallel processes first (``--shard``), which fill Triton's cache and run the
-byte checks. tools/bench/results/mx_dim1_tune_h100.json is the run at e9c6667 (tiles, warps and
-load hints; it also timed a Gluon kernel since removed, its ``gluon_*`` rows),
-mx_dim1_tune_h100_persist.json the run of the persistent grids.
+byte checks. tools/bench/results/mx_dim1_tune_h100.json is the run at e9c6667, which also timed
+a Gluon kernel since removed (its ``gluon_*`` rows).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -33,35 +33,24 @@ from xlabridge.mx import _triton_cols  # noqa: E402
 MB = 2**20
 
 
-PROGRAMS = {
-    "balanced": _triton_cols._programs,
-    "slots": lambda n_tiles, slots: min(n_tiles, slots),  # one program per resident slot: tiles per program differ by one
-    "balanced_less1": lambda n_tiles, slots: _triton_cols._programs(  # one program fewer per SM
-        n_tiles, slots - torch.cuda.get_device_properties(0).multi_processor_count),
-}
-"""How a persistent launch sizes its grid (``_triton_cols._programs`` is "balanced")."""
-
-
 def variants() -> list[dict]:
-    base = (64, 128, 2, False, True, "evict_last")
-    out = [dict(kind="dim1", config=base + (False,))]
-    out += [dict(kind="dim1", config=base + (True,), programs=p) for p in PROGRAMS]
-    for config in ((64, 64, 1, False, True, "evict_last"), (128, 64, 2, False, True, "evict_last")):
-        out += [dict(kind="dim1", config=config + (False,)), dict(kind="dim1", config=config + (True,), programs="balanced")]
-    out.append(dict(kind="both", config=_triton_cols.CONFIG_BOTH))  # persistent grids take dim1 only
+    out = []
+    for (tr, tb, w), hint in itertools.product(((64, 128, 2), (128, 64, 2), (64, 64, 1), (32, 128, 1), (64, 128, 1), (128, 64, 1),
+                                                 (64, 64, 2), (128, 128, 4), (64, 256, 4), (32, 256, 2), (128, 32, 1), (256, 64, 4)),
+                                                ("evict_last", "")):
+        out.append(dict(kind="dim1", config=(tr, tb, w, False, True, hint)))
+    out.append(dict(kind="dim1", config=_triton_cols.CONFIG[:5] + ("evict_first",)))
+    out.append(dict(kind="both", config=_triton_cols.CONFIG_BOTH))
+    out.append(dict(kind="both", config=_triton_cols.CONFIG_BOTH[:5] + ("evict_first",)))
     return out
 
 
 def name(v: dict) -> str:
-    return v["kind"] + "_" + "_".join(str(c).lower() or "nohint" for c in v["config"]) + ("_" + v["programs"] if "programs" in v else "")
+    return v["kind"] + "_" + "_".join(str(c).lower() or "nohint" for c in v["config"])
 
 
 def launch(v: dict, x3: torch.Tensor, rounding: str = "floor"):
-    _triton_cols._programs = PROGRAMS[v.get("programs", "balanced")]
-    try:
-        outs = _triton_cols._launch(x3, 32, rounding, both=v["kind"] == "both", config=v["config"])
-    finally:
-        _triton_cols._programs = PROGRAMS["balanced"]
+    outs = _triton_cols._launch(x3, 32, rounding, both=v["kind"] == "both", config=v["config"])
     return (outs[2], outs[3], outs[0], outs[1]) if v["kind"] == "both" else outs[:2]
 
 
@@ -146,7 +135,7 @@ def main() -> None:
     print(f"compiled {len(vs)} variants in {results['compile_s']:.0f} s", flush=True)
 
     x = torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16)
-    x3 = x.view(1, 16384, 8192)  # 256 MB
+    x3 = x.view(1, 16384, 8192)
     xc = x.cpu()
     q = mx.to_mxfp8(xc, dim=0)
     rows, cols = mx.to_mxfp8_both(xc)
@@ -182,13 +171,13 @@ def main() -> None:
 
     # the fastest exact ones again, at 64 MB (4 rotated inputs) and 256 MB, next to a copy
     again = {}
-    for kind, top in (("dim1", len(vs)), ("both", 1)):
+    for kind, top in (("dim1", 8), ("both", 1)):
         ranked = sorted((r["ms"], k) for k, r in results["variants"].items()
                         if (k.startswith("both") if kind == "both" else not k.startswith("both")) and r.get("exact") and "ms" in r)
         again[kind] = [k for _, k in ranked[:top]]
     byname = {name(v): v for v in vs}
     rows_out = []
-    for size_mb in (64, 256, 64, 1024, 64):
+    for size_mb in (64, 256, 64, 1024, 64, 256, 64):
         m = size_mb * MB // 2 // 8192
         count = max(1, 256 // size_mb)
         inputs = [torch.randn(1, m, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(count)]
@@ -205,11 +194,6 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         del inputs, dst
     results["again"] = rows_out
-    results["slots"] = {repr(k): v for k, v in _triton_cols._slots_cache.items()}
-    results["mean_ms_per_size"] = {
-        k: {mb: statistics.mean(r[k]["ms"] for r in rows_out if r["size_MB"] == mb) for mb in (64, 256, 1024)}
-        for k in rows_out[0] if isinstance(rows_out[0][k], dict)}
-    print(json.dumps(results["mean_ms_per_size"], indent=1))
     with open(os.path.join(out_dir, "mx_dim1_tune.json"), "w") as f:
         json.dump(results, f, indent=1)
     print("\nfastest (256 MB sweep):")

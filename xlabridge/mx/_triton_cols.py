@@ -28,20 +28,15 @@ from xlabridge.mx._checks import moved_shape
 _FEATURE = "xlabridge.mx CUDA kernel"
 
 CONFIGS = (
-    (64, 128, 2, False, True, "evict_last", True), (64, 128, 2, False, True, "evict_last", False),
-    (64, 128, 2, False, True, "", False), (32, 128, 2, True, True, "evict_last", False),
-    (64, 128, 1, False, True, "evict_last", False), (64, 64, 1, False, True, "evict_last", False),
-    (64, 128, 2, False, True, "evict_first", False),
+    (64, 128, 2, False, True, "evict_last"), (64, 128, 2, False, True, ""), (32, 128, 2, True, True, "evict_last"),
+    (64, 128, 1, False, True, "evict_last"), (64, 64, 1, False, True, "evict_last"), (64, 128, 2, False, True, "evict_first"),
 )
-"""(TILE_R, TILE_B, num_warps, B_FIRST, PACK, LOAD_EVICT, PERSIST) candidates (B_FIRST: the tiles'
-fastest order walks ``B``; PACK: a tile's scale bytes of an output row as one store; LOAD_EVICT:
-the input loads' L2 eviction policy; PERSIST: a persistent grid of ``_programs`` programs that
-loop over the tiles, rather than a program per tile: for the column-wise kernel in the tiles'
-default order only, see ``_launch``); each tile holds
-whole blocks of up to 32 elements both ways (larger block sizes take ``_triton.py``'s kernel on a
-transposed copy)."""
+"""(TILE_R, TILE_B, num_warps, B_FIRST, PACK, LOAD_EVICT) candidates (B_FIRST: the grid's fastest
+axis walks ``B``; PACK: a tile's scale bytes of an output row as one store; LOAD_EVICT: the input
+loads' L2 eviction policy); each tile holds whole blocks of up to 32 elements both ways (larger
+block sizes take ``_triton.py``'s kernel on a transposed copy)."""
 
-CONFIG = (64, 128, 2, False, True, "evict_last", True)
+CONFIG = (64, 128, 2, False, True, "evict_last")
 """The column-wise kernel's config. On the H100 (tools/bench/results/mx_dim1_tune_h100.json and
 the run before it): 0.0395-0.0402 ms at 64 MB, 0.147-0.150 ms at 256 MB, 0.566-0.572 ms at 1 GB;
 in tools/bench/mx_cast.py (results/mx_cast_cols_h100*.json, two runs) 0.0405/0.0414 ms at 64 MB
@@ -52,8 +47,11 @@ block maxima and one packed store per row for the scale bytes took the instructi
 from about 15 to 11 (Nsight Compute, results/mx_dim1_ncu_h100.txt). Other tiles (32-256 rows,
 32-256 columns, 1, 2 or 4 warps): 0.151-0.227 ms.
 A Gluon kernel that kept each column block in registers (no shared-memory transpose, the next
-block prefetched; commit e9c6667) ran within 1% of this one, so it was not kept."""
-CONFIG_BOTH = (32, 128, 2, True, True, "evict_last", False)
+block prefetched; commit e9c6667) ran within 1% of this one, so it was not kept. Nor a persistent
+grid of it (commit 2ddc42d: as many programs as the H100 holds, 132 x 6, sized so that each takes
+the same number of tiles, for the last partial wave at 64 MB): 0.161 ms at 256 MB and 0.0414 ms
+at 64 MB against this config's 0.148 and 0.0400 in the same sweep (results/mx_dim1_persist_h100.json)."""
+CONFIG_BOTH = (32, 128, 2, True, True, "evict_last")
 """The both-layouts kernel's config: 0.228-0.235 ms at 256 MB on the H100, against 0.265-0.268 ms
 with the loads marked ``evict_first`` as they were and 0.234-0.237 ms with 64 x 64 tiles; 1.21-1.61x
 the two separate casts and 1.99-2.68x torchao's compiled ``to_mx`` pair (results/mx_cast_cols_h100.json)."""
@@ -78,46 +76,8 @@ def _hardware_convert(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
 
 
-INTERPRETER_SLOTS = 3
-"""Resident programs assumed under Triton's CPU interpreter: few, so that the CPU tests walk
-persistent programs of several tiles, in unequal numbers."""
-
-_slots_cache: dict[tuple, int] = {}
-
-
-def _slots(kernel, device: torch.device, args: tuple, kwargs: dict) -> int:
-    """How many programs of the compiled kernel the GPU holds at once: the SM count times the
-    programs per SM that its registers, shared memory and threads allow (what the CUDA occupancy
-    calculator computes; at most 32 blocks per SM as on sm_80 and sm_90). Cached per device and
-    specialization."""
-    if device.type != "cuda":
-        return INTERPRETER_SLOTS
-    key = (device.index, args[0].dtype, *sorted(kwargs.items()))
-    if key not in _slots_cache:
-        compiled = kernel.warmup(*args, grid=(1,), **kwargs)
-        compiled._init_handles()  # loads the binary: ptxas's register count is known only then
-        props = torch.cuda.get_device_properties(device)
-        warps = compiled.metadata.num_warps
-        regs_per_warp = -(-max(compiled.n_regs, 1) * 32 // 256) * 256  # allocated per warp, 256 at a time
-        per_sm = min(32, props.max_threads_per_multi_processor // (32 * warps),
-                     props.regs_per_multiprocessor // (regs_per_warp * warps),
-                     props.shared_memory_per_multiprocessor // (compiled.metadata.shared + 1024))  # 1 KB reserved per block
-        _slots_cache[key] = props.multi_processor_count * max(per_sm, 1)
-    return _slots_cache[key]
-
-
-def _programs(n_tiles: int, slots: int) -> int:
-    """Programs of a persistent launch for ``n_tiles`` tiles on ``slots`` resident programs: the
-    fewest that give each program the least whole number of tiles per program that ``slots``
-    programs need, so that all of them start at once and have the same work (but for one tile less
-    in some), rather than a last partial wave of tiles running on a few programs while the rest of
-    the GPU waits."""
-    per_program = -(-n_tiles // slots)
-    return -(-n_tiles // per_program)
-
-
 def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool,
-            config: tuple[int, int, int, bool, bool, str, bool] | None = None):
+            config: tuple[int, int, int, bool, bool, str] | None = None):
     A, R, B = x3.shape
     dev = x3.device
     col_data = torch.empty((A, B, R), dtype=torch.float8_e4m3fn, device=dev)
@@ -127,32 +87,26 @@ def _launch(x3: torch.Tensor, block_size: int, rounding: str, both: bool,
         row_scale = torch.empty((A, R, B // block_size), dtype=torch.uint8, device=dev)
     else:
         row_data, row_scale = col_data, col_scale  # not written
-    tile_r, tile_b, warps, b_first, pack, load_evict, persist = config or (CONFIG_BOTH if both else CONFIG)
-    if persist and (both or b_first):
-        # the only persistent grid measured and tested; the both-layouts kernel's (32 x 128 tiles,
-        # B_FIRST) stopped on a misaligned address on the H100 (tools/bench/results/gpu_pytest_mx_persist.txt)
-        raise ValueError(f"config={config!r}: PERSIST takes the column-wise kernel (both=False) with B_FIRST=False")
     if x3.numel():
         kernel = _kernels()
         wide = max(x3.numel(), A * x3.stride(0) if A else 0) >= 2**31 - 1
 
+        tile_r, tile_b, warps, b_first, pack, load_evict = config or (CONFIG_BOTH if both else CONFIG)
         tile_r = max(tile_r, block_size)  # whole column blocks per tile
         if both:
             tile_b = max(tile_b, block_size)  # and whole row blocks
         # packed scale stores need whole tiles along each blocked dimension
         pack = pack and R % tile_r == 0 and (not both or B % tile_b == 0)
         tiles_r, tiles_b = -(-R // tile_r), -(-B // tile_b)
-        args = (x3, col_data, col_scale, row_data, row_scale, A, R, B, x3.stride(0), x3.stride(1), x3.stride(2))
-        kwargs = dict(BLOCK=block_size, RCEIL=rounding == "rceil", RECIPROCAL=C.RCEIL_RECIPROCAL, BOTH=both,
-                      WIDE_INDEX=wide, TILE_R=tile_r, TILE_B=tile_b, B_FIRST=b_first, HW=_hardware_convert(dev),
-                      PACK=pack, LOAD_EVICT=load_evict, PERSIST=persist, num_warps=warps)
+        grid = (tiles_b, tiles_r, A) if b_first else (tiles_r, tiles_b, A)
 
         with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():  # CPU: Triton's interpreter
-            if persist:
-                grid = (_programs(A * tiles_r * tiles_b, _slots(kernel, dev, args, kwargs)),)
-            else:
-                grid = (tiles_b, tiles_r, A) if b_first else (tiles_r, tiles_b, A)
-            kernel[grid](*args, **kwargs)
+            kernel[grid](
+                x3, col_data, col_scale, row_data, row_scale, R, B, x3.stride(0), x3.stride(1), x3.stride(2),
+                BLOCK=block_size, RCEIL=rounding == "rceil", RECIPROCAL=C.RCEIL_RECIPROCAL, BOTH=both, WIDE_INDEX=wide,
+                TILE_R=tile_r, TILE_B=tile_b, B_FIRST=b_first, HW=_hardware_convert(dev), PACK=pack,
+                LOAD_EVICT=load_evict, num_warps=warps,
+            )
     return col_data, col_scale, row_data, row_scale
 
 

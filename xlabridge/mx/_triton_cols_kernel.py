@@ -80,12 +80,20 @@ def _store_codes(scale_ptr, row0, rows, n_blocks, pid, code, NB: tl.constexpr, P
 
 
 @triton.jit
-def _cast_tile(
-    x_ptr, col_data_ptr, col_scale_ptr, row_data_ptr, row_scale_ptr, a, pid_r, pid_b,
+def mxfp8_cast_cols_kernel(
+    x_ptr, col_data_ptr, col_scale_ptr, row_data_ptr, row_scale_ptr,
     R, B, stride_a, stride_r, stride_b,
     BLOCK: tl.constexpr, RCEIL: tl.constexpr, RECIPROCAL: tl.constexpr, BOTH: tl.constexpr, WIDE_INDEX: tl.constexpr,
-    TILE_R: tl.constexpr, TILE_B: tl.constexpr, HW: tl.constexpr, PACK: tl.constexpr, LOAD_EVICT: tl.constexpr,
+    TILE_R: tl.constexpr, TILE_B: tl.constexpr, B_FIRST: tl.constexpr, HW: tl.constexpr, PACK: tl.constexpr,
+    LOAD_EVICT: tl.constexpr,
 ):
+    if B_FIRST:  # consecutive programs read side by side along B (whole input rows between them)
+        pid_b = tl.program_id(0)
+        pid_r = tl.program_id(1)
+    else:  # consecutive programs write side by side along R in the [A, B, R] output
+        pid_r = tl.program_id(0)
+        pid_b = tl.program_id(1)
+    a = tl.program_id(2)
     if WIDE_INDEX:
         a = a.to(tl.int64)
         pid_r = pid_r.to(tl.int64)
@@ -113,42 +121,3 @@ def _cast_tile(
         row_data = tl.reshape(_scaled(xr, row_code[:, :, None], HW), (TILE_R, TILE_B))
         tl.store(row_data_ptr + base + r[:, None] * B + b[None, :], row_data, mask=mask)
         _store_codes(row_scale_ptr, a * R * (B // BLOCK), r, B // BLOCK, pid_b, row_code, NRB, PACK, r < R)
-
-
-@triton.jit
-def mxfp8_cast_cols_kernel(
-    x_ptr, col_data_ptr, col_scale_ptr, row_data_ptr, row_scale_ptr,
-    A, R, B, stride_a, stride_r, stride_b,
-    BLOCK: tl.constexpr, RCEIL: tl.constexpr, RECIPROCAL: tl.constexpr, BOTH: tl.constexpr, WIDE_INDEX: tl.constexpr,
-    TILE_R: tl.constexpr, TILE_B: tl.constexpr, B_FIRST: tl.constexpr, HW: tl.constexpr, PACK: tl.constexpr,
-    LOAD_EVICT: tl.constexpr, PERSIST: tl.constexpr,
-):
-    """One tile per program on a ``(tiles_r, tiles_b, A)`` grid (``(tiles_b, tiles_r, A)`` with
-    B_FIRST), or PERSIST: a 1-D grid of programs that each take every ``num_programs``-th tile of
-    that order (the launch sizes the grid so that every program gets the same number of tiles,
-    give or take one)."""
-    if PERSIST:
-        tiles_r = tl.cdiv(R, TILE_R)
-        tiles_b = tl.cdiv(B, TILE_B)
-        t = tl.program_id(0)
-        while t < A * tiles_r * tiles_b:  # a while loop: Triton's interpreter runs it too (not a range of program ids)
-            if B_FIRST:
-                pid_b = t % tiles_b
-                pid_r = (t // tiles_b) % tiles_r
-            else:
-                pid_r = t % tiles_r
-                pid_b = (t // tiles_r) % tiles_b
-            _cast_tile(x_ptr, col_data_ptr, col_scale_ptr, row_data_ptr, row_scale_ptr, t // (tiles_r * tiles_b), pid_r, pid_b,
-                       R, B, stride_a, stride_r, stride_b, BLOCK, RCEIL, RECIPROCAL, BOTH, WIDE_INDEX,
-                       TILE_R, TILE_B, HW, PACK, LOAD_EVICT)
-            t += tl.num_programs(0)
-    else:
-        if B_FIRST:  # consecutive programs read side by side along B (whole input rows between them)
-            pid_b = tl.program_id(0)
-            pid_r = tl.program_id(1)
-        else:  # consecutive programs write side by side along R in the [A, B, R] output
-            pid_r = tl.program_id(0)
-            pid_b = tl.program_id(1)
-        _cast_tile(x_ptr, col_data_ptr, col_scale_ptr, row_data_ptr, row_scale_ptr, tl.program_id(2), pid_r, pid_b,
-                   R, B, stride_a, stride_r, stride_b, BLOCK, RCEIL, RECIPROCAL, BOTH, WIDE_INDEX,
-                   TILE_R, TILE_B, HW, PACK, LOAD_EVICT)
