@@ -47,7 +47,10 @@ block maxima and one packed store per row for the scale bytes took the instructi
 from about 15 to 11 (Nsight Compute, results/mx_dim1_ncu_h100.txt). Other tiles (32-256 rows,
 32-256 columns, 1, 2 or 4 warps): 0.151-0.227 ms.
 A Gluon kernel that kept each column block in registers (no shared-memory transpose, the next
-block prefetched; commit e9c6667) ran within 1% of this one, so it was not kept."""
+block prefetched; commit e9c6667) ran within 1% of this one, so it was not kept. Nor a persistent
+grid of it (commit 2ddc42d: as many programs as the H100 holds, 132 x 6, sized so that each takes
+the same number of tiles, for the last partial wave at 64 MB): 0.161 ms at 256 MB and 0.0414 ms
+at 64 MB against this config's 0.148 and 0.0400 in the same sweep (results/mx_dim1_persist_h100.json)."""
 CONFIG_BOTH = (32, 128, 2, True, True, "evict_last")
 """The both-layouts kernel's config: 0.228-0.235 ms at 256 MB on the H100, against 0.265-0.268 ms
 with the loads marked ``evict_first`` as they were and 0.234-0.237 ms with 64 x 64 tiles; 1.21-1.61x
