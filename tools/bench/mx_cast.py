@@ -39,6 +39,31 @@ FLAG_HINTS = ("triton_softmax", "multi_output", "block_level", "normalization", 
               "heroless", "softmax", "priority_fusion", "fusion_block", "triton_fusion")
 
 
+def gpu_time(fn, inputs, reps=20) -> float:
+    """Median ms of one call, from CUDA-graph replays over all inputs (also tools/bench/mx_dim1_tune.py's)."""
+    import torch
+
+    for x in inputs[:2]:
+        fn(x)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for x in inputs:
+            fn(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / len(inputs))
+    del graph
+    return statistics.median(times)
+
+
 def shape_for(size_mb: int, itemsize: int = 2) -> tuple[int, int]:
     return (size_mb * MB // itemsize // K, K)
 
@@ -87,28 +112,6 @@ def torch_side(args) -> dict:
     def xlabridge_rceil(x):
         q = mx.to_mxfp8(x, rounding="rceil")
         return q.data, q.scale
-
-    def gpu_time(fn, inputs, reps=20) -> float:
-        """Median ms of one call, from CUDA-graph replays over all inputs."""
-        for x in inputs[:2]:
-            fn(x)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for x in inputs:
-                fn(x)
-        graph.replay()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / len(inputs))
-        del graph
-        return statistics.median(times)
 
     def kernels_of(fn, x) -> list[str]:
         fn(x)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import torch
 
 sys.path.insert(0, os.getcwd())
 from tests.mx._cases import make_input  # noqa: E402
+from tools.bench.mx_cast import gpu_time  # noqa: E402  (CUDA-graph replays, timed as the official benchmark times)
 from xlabridge import mx  # noqa: E402
 from xlabridge.mx import _triton_cols  # noqa: E402
 
@@ -52,29 +52,6 @@ def name(v: dict) -> str:
 def launch(v: dict, x3: torch.Tensor, rounding: str = "floor"):
     outs = _triton_cols._launch(x3, 32, rounding, both=v["kind"] == "both", config=v["config"])
     return (outs[2], outs[3], outs[0], outs[1]) if v["kind"] == "both" else outs[:2]
-
-
-def gpu_time(fn, inputs, reps=20) -> float:
-    """Median ms of one call, from CUDA-graph replays over all inputs (as tools/bench/mx_cast.py)."""
-    for x in inputs[:2]:
-        fn(x)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for x in inputs:
-            fn(x)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / len(inputs))
-    del graph
-    return statistics.median(times)
 
 
 def check_inputs():
