@@ -209,19 +209,25 @@ for _ in range(3):
 """
 
 
+def _report_cli(tmp_path: Path, name: str, program: str, *, timeout: float):
+    """``xlabridge report --tpu`` on ``program`` (written to ``name``): the finished process, the
+    event log directory and the JSON report's path."""
+    script, logs, out = tmp_path / name, tmp_path / "logs", tmp_path / "report.json"
+    script.write_text(program)
+    result = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "report", "--tpu", TOPOLOGY, "--events", str(logs),
+         "--json", str(out), "--", sys.executable, str(script)],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    return result, logs, out
+
+
 def test_cli_tpu_view_aliases_what_a_synced_step_donates(tmp_path):
     """A lazily traced step's graph comes from XLA's dump with torch_xla's buffer donors: its TPU
     row aliases the parameters (first step, which creates the momentum buffers) and then the
     momentum buffers too, as a compile without xlabridge that aliases them through
     input_output_alias does (sizes of tests/tpu/_donating_step.py: XLA:TPU's tiles, no padding)."""
-    script, logs, out = tmp_path / "steps.py", tmp_path / "logs", tmp_path / "report.json"
-    script.write_text(DONATING_STEPS)
-    result = subprocess.run(
-        [sys.executable, "-m", "xlabridge.cli", "report", "--tpu", TOPOLOGY, "--events", str(logs),
-         "--json", str(out), "--", sys.executable, str(script)],
-        capture_output=True, text=True, timeout=900, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "PJRT_DEVICE": "CPU"},
-    )
+    result, logs, out = _report_cli(tmp_path, "steps.py", DONATING_STEPS, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [row for row in Report.from_dict(json.loads(out.read_text())).tpu.graphs if row.alias_bytes]
     parameters = (128 * 256 + 256 + 256 * 256 + 256) * 4
@@ -259,14 +265,7 @@ for name in ("gpt2", "bert", "llama", "t5", "resnet18"):
 
 @pytest.mark.slow
 def test_cli_tpu_view_covers_every_graph_of_five_models_training_and_inference(tmp_path):
-    script, logs, out = tmp_path / "five.py", tmp_path / "logs", tmp_path / "report.json"
-    script.write_text(FIVE_MODELS)
-    result = subprocess.run(
-        [sys.executable, "-m", "xlabridge.cli", "report", "--tpu", TOPOLOGY, "--events", str(logs),
-         "--json", str(out), "--", sys.executable, str(script)],
-        capture_output=True, text=True, timeout=1200, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    result, logs, out = _report_cli(tmp_path, "five.py", FIVE_MODELS, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "compiling" in result.stderr and "for TPU v5e:2x2" in result.stderr
     report = Report.from_dict(json.loads(out.read_text()))
