@@ -28,7 +28,7 @@ COMPAT_PYTEST_ARGS ?= -m "not slow"
 TORCHTPU_TESTS ?= tests/torchtpu
 TORCHTPU_PYTEST_ARGS ?=
 
-.PHONY: venv venvs demo test test-pinned test-xla28 test-torch-newest test-torchtpu clean
+.PHONY: venv venvs demo lint test test-pinned test-xla28 test-torch-newest test-torchtpu clean
 
 venv: $(STAMP)
 venvs: $(STAMP) $(STAMP_XLA28) $(STAMP_TORCH_NEWEST) $(STAMP_TORCHTPU)
@@ -63,7 +63,14 @@ DEMO_TPU ?= v5e:2x2
 demo: $(STAMP)
 	$(PY) -m xlabridge.cli report --tpu $(DEMO_TPU) --json xlabridge-demo.json --html xlabridge-demo.html -- $(PY) -m xlabridge.examples.demo
 
-test: test-pinned test-xla28 test-torch-newest test-torchtpu
+test: lint test-pinned test-xla28 test-torch-newest test-torchtpu
+
+# pyflakes, first and in seconds: an undefined name in a slow test would otherwise fail the run
+# 18 minutes in. Unused imports are allowed (some load a module for its registrations).
+LINT_PATHS ?= xlabridge tests tools
+lint: $(STAMP)
+	@out="$$($(PY) -m pyflakes $(LINT_PATHS) 2>&1 | grep -v 'imported but unused')"; \
+	if [ -n "$$out" ]; then echo "$$out"; echo "lint: pyflakes found the above"; exit 1; fi
 
 test-pinned: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

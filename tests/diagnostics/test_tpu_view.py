@@ -283,7 +283,7 @@ def test_cli_tpu_view_covers_every_graph_of_five_models_training_and_inference(t
         if row.xla_graphs:
             assert row.filename != UNKNOWN.filename and row.lineno > 0, row
         elif digest in synced:
-            assert row.filename == str(script) and row.lineno in syncs, row
+            assert row.filename == str(tmp_path / "five.py") and row.lineno in syncs, row
     reread = subprocess.run([sys.executable, "-m", "xlabridge.cli", "report", "--read", str(logs)],
                             capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert reread.returncode == 0 and f"TPU view ({TOPOLOGY})" in reread.stdout

@@ -172,7 +172,7 @@ def torch_side(args) -> dict:
         cast_bytes = in_bytes + numel + numel // 32
         dst = torch.empty_like(inputs[0])
         row = {"size_MB": size_mb, "dtype": str(dtype).removeprefix("torch."), "shape": list(shape), "inputs_rotated": count}
-        copy_ms = gpu_time(lambda t: dst.copy_(t), inputs)
+        copy_ms = gpu_time(dst.copy_, inputs)
         row["copy"] = {"ms": copy_ms, "GBps": 2 * in_bytes / copy_ms / 1e6}
         variants = [("xlabridge_cuda", xlabridge_cast)]
         if dtype == torch.bfloat16:
@@ -319,7 +319,7 @@ def cols_side(gpu_time, kernels_of) -> dict:
         two_casts = in_bytes + 2 * (numel + numel // 32)
         dst = torch.empty_like(inputs[0])
         row: dict = {"size_MB": size_mb, "shape": list(shape), "inputs_rotated": count}
-        copy_ms = gpu_time(lambda t: dst.copy_(t), inputs)
+        copy_ms = gpu_time(dst.copy_, inputs)
         copy_bw = 2 * in_bytes / copy_ms / 1e6
         row["copy"] = {"ms": copy_ms, "GBps": copy_bw}
         for name, fn, nbytes in (("dim1", dim1, one_cast), ("both", both, two_casts), ("separate", separate, two_casts),

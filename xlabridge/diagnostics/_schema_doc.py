@@ -76,7 +76,7 @@ Two kinds of break are reported apart:
   on torch_xla 2.9, a host transfer, a host tensor) and runs it on the CPU between XLA graphs.
 """
 
-_VERSIONING = f"""## Versioning
+_VERSIONING = """## Versioning
 
 The version is the number after the slash: `SCHEMA` in `xlabridge/diagnostics/report/_report.py` for
 reports, in `_event_types.py` for event logs.

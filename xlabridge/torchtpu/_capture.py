@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from xlabridge import _env, _optional
+from xlabridge import _optional
 from xlabridge.diagnostics._probes import torchtpu as torchtpu_probe
 from xlabridge.errors import MissingDependencyError
 
