@@ -11,16 +11,13 @@ row against an independent libtpu compile of the same StableHLO (``_reference``)
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.torchtpu import _reference
+from tests.torchtpu._cli import check_tpu_rows_against_libtpu as _check_tpu_rows_against_libtpu
+from tests.torchtpu._cli import report as _report
 from tests.torchtpu.conftest import REASON
 from xlabridge import _optional
 
@@ -30,7 +27,6 @@ if not _optional.is_available("torchax"):
 
 import torch
 
-from tests.tpu import _hlo_proto
 from xlabridge.diagnostics import build_report, diagnose, events
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,42 +50,6 @@ TRANSFORMER = textwrap.dedent("""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     torch.save({"logits": logits, "loss": loss.detach(), "grads": grads}, out)
 """)
-
-
-def _report(tmp_path: Path, name: str, script: str, *args: str, tpu: str = "v6e:2x2") -> tuple[dict, Path]:
-    path, report, logs = tmp_path / f"{name}.py", tmp_path / f"{name}.json", tmp_path / f"{name}-events"
-    path.write_text(script)
-    env = {k: v for k, v in os.environ.items() if k != "TPU_SKIP_MDS_QUERY"} | {"PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-m", "xlabridge.cli", "report", "--tpu", tpu, "--json", str(report), "--events", str(logs),
-         "--", sys.executable, str(path), *args],
-        env=env, capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    return json.loads(report.read_text()), logs
-
-
-def _check_tpu_rows_against_libtpu(data: dict, logs: Path, tmp_path: Path) -> None:
-    """A compiled TPU row for every program of every graph, equal to libtpu's own compile of its StableHLO."""
-    tpu = {row["hash"]: row for row in data["tpu"]["graphs"]}
-    hashes = [h for g in data["hlo"]["graphs"] for h in g["hashes"]]
-    assert hashes and set(hashes) <= set(tpu)
-    seen = [e for path in sorted(logs.glob("events-*.jsonl")) for e in events.read_log(path).events
-            if isinstance(e, events.XlaGraphSeen)]
-    files = {e.hash: logs / e.hlo_file for e in seen if e.hlo_file}
-    assert set(files) == set(hashes)
-    order = sorted(files)
-    reference = _reference.run([{"topology": data["tpu"]["topology"], "text": files[h].read_text()} for h in order],
-                               tmp_path)
-    for digest, ref in zip(order, reference):
-        row = tpu[digest]
-        assert row["compiled"] and row["fits"], row
-        assert row["kernels"] == len(_hlo_proto.kernels(ref["proto"])) > 0
-        memory = ref["memory"]
-        assert (row["argument_bytes"], row["output_bytes"], row["alias_bytes"], row["temp_bytes"],
-                row["code_bytes"]) == (memory["argument_bytes"], memory["output_bytes"], memory["alias_bytes"],
-                                       memory["temp_bytes"], memory["generated_code_bytes"])
-        assert row["filename"] != "<unknown>" and row["lineno"] > 0
 
 
 @pytest.mark.slow

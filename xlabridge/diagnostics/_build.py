@@ -218,6 +218,7 @@ class _ProcessBuilder:
             self.report.xla_graphs.append(XlaGraph(
                 index=index, compile_id=bridge.compile_id, role=bridge.role, fx_ops=bridge.fx_ops,
                 xla_graphs=sum(s.kind in _PROGRAMS for s in segments), compiler=bridge.compiler,
+                buckets=list(bridge.buckets),
                 compiles=sum(c.count for c in graph_compiles),
                 compile_seconds=sum(c.seconds for c in graph_compiles),
                 extraction_seconds=(partition.t - partition.start) if partition else None,

@@ -216,6 +216,8 @@ class BridgeGraph(Event):
     compiler: str = _field("``torch_xla`` (its Dynamo bridge) or ``torchtpu`` (TorchTPU's split compiler)", "torch_xla")
     stand_in: bool = _field("TorchTPU without a TPU: its programs ran on CPU in their place (times are the CPU's)",
                             False)
+    buckets: list[str] = _field("TorchTPU, a graph with dynamic shapes: its symbols' bounds in each bucket it is "
+                                "compiled for, one program per bucket at the bound (``s33 in [2, 128]``)", factory=list)
 
 
 @dataclasses.dataclass(frozen=True)

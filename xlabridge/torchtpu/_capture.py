@@ -77,14 +77,18 @@ class TpuGraph:
     """The MLIR module name TorchTPU gives it (``graph0_split0_fwd_submod_0``)."""
     graph_module: torch.fx.GraphModule
     """The ATen-level graph as TorchTPU's ``fx_to_mlir`` receives it."""
-    input_specs: list[tuple[tuple[int, ...], torch.dtype]]
-    """Each input's shape and dtype (parameters lifted as inputs, as AOTAutograd passes them)."""
+    input_specs: list[torchtpu_probe.InputSpec]
+    """Each input's shape and dtype (parameters lifted as inputs, as AOTAutograd passes them); an
+    int for a symbol's value (a graph with dynamic shapes: its bucket's bound)."""
     user_lines: dict[str, str]
     """Op node name -> the user's ``file:line`` it was traced from (where known)."""
     collective_splits: list[CollectiveSplit]
     """Collectives in this partition (the split compiler gives each collective a partition)."""
     capture_seconds: float
     """Seconds from the Dynamo graph's arrival at TorchTPU's backend to this partition's capture."""
+    bounds: str = ""
+    """A graph with dynamic shapes: the bucket this program is compiled for (``s33 in [2, 128]``),
+    at its bound, its dynamic inputs padded in the graph (TorchTPU's ``DynamicCompiler``)."""
 
     @property
     def name(self) -> str:
@@ -109,11 +113,13 @@ class TpuGraph:
             "partition": self.partition,
             "name": self.name,
             "module_name": self.module_name,
-            "inputs": [[list(shape), str(dtype).removeprefix("torch.")] for shape, dtype in self.input_specs],
+            "inputs": [spec if isinstance(spec, int) else [list(spec[0]), str(spec[1]).removeprefix("torch.")]
+                       for spec in self.input_specs],
             "ops": self.op_counts,
             "user_lines": dict(self.user_lines),
             "collective_splits": [dataclasses.asdict(split) for split in self.collective_splits],
             "capture_seconds": self.capture_seconds,
+            "bounds": self.bounds,
         }
 
 
@@ -133,9 +139,10 @@ def _user_line(node: torch.fx.Node) -> str | None:
 class GraphCapture:
     """A Dynamo backend: TorchTPU's ``backend="tpu"``, recording what it would lower, running on CPU.
 
-    Use it as ``torch.compile(model, backend=GraphCapture(), dynamic=False)`` (TorchTPU's default
-    for its backend). ``graphs`` lists the captured partitions in capture order (a backward
-    graph is captured when AOTAutograd compiles it, at the first ``backward()``). Needs torch_tpu.
+    Use it as ``torch.compile(model, backend=GraphCapture())``. ``graphs`` lists the captured
+    partitions in capture order (a backward graph is captured when AOTAutograd compiles it, at the
+    first ``backward()``); a graph with dynamic shapes gives one per bucket TorchTPU compiles it
+    for (``TpuGraph.bounds``). Needs torch_tpu.
     """
 
     def __init__(self) -> None:
@@ -151,12 +158,6 @@ class GraphCapture:
         self._backend = _backend.TpuBackend()
 
     def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        from torch_tpu._internal.compile import compiler
-
-        if compiler.has_dynamic_symints(example_inputs):
-            raise NotImplementedError(
-                "GraphCapture: dynamic shapes are not captured; compile with dynamic=False (TorchTPU's default)"
-            )
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         index = next(self._dynamo_graphs)
@@ -178,7 +179,7 @@ class GraphCapture:
         partitions = {"forward": itertools.count(), "backward": itertools.count()}
 
         def on_partition(record: Callable[[], torchtpu_probe.Partition]) -> None:
-            partition = record()  # a symbolic input size raises NotImplementedError, as GraphCapture says
+            partition = record()
             lines = {}
             for node in partition.graph_module.graph.nodes:
                 line = _user_line(node) if node.op == "call_function" else None
@@ -189,6 +190,7 @@ class GraphCapture:
             capture.graphs.append(TpuGraph(
                 index, compile_id, partition.kind, next(partitions[partition.kind]), partition.module_name,
                 partition.graph_module, partition.input_specs, lines, splits, time.perf_counter() - started,
+                partition.bounds,
             ))
 
         original = _backend.make_backend_compiler
@@ -196,8 +198,9 @@ class GraphCapture:
         def make_backend_compiler(*args: Any, **kwargs: Any) -> Any:
             made = original(*args, **kwargs)
             if not torchtpu_probe.observe_compiler(made, on_partition, run_on_cpu=True):
-                raise NotImplementedError("GraphCapture: TorchTPU chose its dynamic-shape compiler; compile with "
-                                          "dynamic=False (TorchTPU's default)")
+                raise NotImplementedError(
+                    f"GraphCapture: TorchTPU made a compiler it does not know "
+                    f"({type(getattr(made, 'base_compiler', made)).__name__})")
             return made
 
         _backend.make_backend_compiler = make_backend_compiler

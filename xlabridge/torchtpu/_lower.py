@@ -151,13 +151,44 @@ def export_graph(graph: Any, platforms: tuple[str, ...]) -> Any:
         def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
             if target in decompositions:
                 return decompositions[target](*args, **kwargs)
+            if _qualified_name(target) == "tpu::_pad_real_to_static":
+                return _pad_real_to_static(*args, **kwargs)
             return super().call_function(target, args, kwargs)
 
-    def run(*args: Any) -> Any:
+    # an int input (a dynamic graph's symbol, at its bucket's bound) is a constant of the program
+    constants = {position: spec for position, spec in enumerate(graph.input_specs) if isinstance(spec, int)}
+
+    def run(*tensors: Any) -> Any:
+        viewed = iter(interop.torch_view(tensors))
+        args = [constants[i] if i in constants else next(viewed) for i in range(len(graph.input_specs))]
         with env:
-            outputs = _Interpreter(gm).run(*interop.torch_view(args))
+            outputs = _Interpreter(gm).run(*args)
         flat = [o for o in outputs if o is not None] if isinstance(outputs, (tuple, list)) else [outputs]
         return interop.jax_view(tuple(flat))
 
-    avals = [jax.ShapeDtypeStruct(shape, interop.jax_view(dtype)) for shape, dtype in graph.input_specs]
+    avals = [jax.ShapeDtypeStruct(spec[0], interop.jax_view(spec[1]))
+             for spec in graph.input_specs if not isinstance(spec, int)]
     return export.export(jax.jit(run), platforms=list(platforms))(*avals)
+
+
+def _qualified_name(target: Any) -> str:
+    return str(getattr(target, "_qualified_op_name", "") or getattr(getattr(target, "_schema", None), "name", ""))
+
+
+def _pad_real_to_static(x: Any, sizes: list[Any], static_shape: list[int], dynamic: list[bool]) -> Any:
+    """TorchTPU's ``tpu::_pad_real_to_static`` (a dynamic graph's bucket program), on torchax
+    tensors: the input, at the bucket's static shape, with the elements past each dynamic
+    dimension's real size (``sizes``, 0-d tensors) zeroed. XLA:TPU lowers the op as its own custom
+    call; this is the same data as one select, which XLA fuses into the input's first use."""
+    import jax
+    import jax.numpy as jnp
+    from torchax import interop
+
+    array = interop.jax_view(x)
+    if list(array.shape) != list(static_shape):
+        raise ValueError(f"_pad_real_to_static: input of shape {list(array.shape)}, expected the bound {static_shape}")
+    for dim, (size, is_dynamic) in enumerate(zip(sizes, dynamic)):
+        if is_dynamic:
+            keep = jax.lax.broadcasted_iota(jnp.int32, array.shape, dim) < interop.jax_view(size)
+            array = jnp.where(keep, array, jnp.zeros((), array.dtype))
+    return interop.torch_view(array)

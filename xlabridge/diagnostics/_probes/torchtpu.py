@@ -10,7 +10,8 @@ any of this, and TorchTPU's own ``debug_callback`` option carries only code text
 no per-partition inputs, stacks or timing: so four names are wrapped, each calling its original:
 
 * ``_backend.make_backend_compiler``: the ``StaticCompiler`` it returns is observed
-  (``observe_compiler``: its ``__call__`` timed and each partition recorded, per instance);
+  (``observe_compiler``: its ``__call__`` timed and each partition recorded, per instance), or,
+  for a graph with dynamic shapes, the ``DynamicCompiler``: each bucket program it prepares;
 * ``TpuBackend._compile_graph_module``: one forward or backward graph, its partitions, its time;
 * ``_SplitCompiledExecutable.__call__``: the calls of each observed graph;
 * without a TPU only (``stand_in()``): ``StaticCompiler._compile`` returns a runner of the
@@ -19,7 +20,9 @@ no per-partition inputs, stacks or timing: so four names are wrapped, each calli
   which FakeTensor propagation beside CPU inputs then refuses), and ``TpuBackend.__call__``
   traces attention in its math form (``_with_math_attention``). Without a TPU TorchTPU's backend
   cannot run at all, so the stand-in changes no result that would otherwise exist: the
-  program runs with eager-CPU results and every graph TorchTPU would compile is recorded.
+  program runs with eager-CPU results and every graph TorchTPU would compile is recorded. A graph
+  with dynamic shapes runs as AOTAutograd gave it (TorchTPU's dynamic executable refuses CPU
+  tensors), its bucket programs recorded as TorchTPU prepares them.
 
 ``xlabridge.torchtpu.GraphCapture`` uses ``observe_compiler`` and ``stand_in_patches`` for its own
 capture. Checked on torch_tpu 0.2.0 with torch 2.15.0.
@@ -28,6 +31,7 @@ capture. Checked on torch_tpu 0.2.0 with torch 2.15.0.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -52,7 +56,8 @@ from xlabridge.diagnostics._probes.dynamo_graphs import current_compile_id
 INFO = ProbeInfo(
     name="torchtpu.compiler",
     surface="torch_tpu._internal.compile: _backend.make_backend_compiler, TpuBackend._compile_graph_module, "
-    "compiler.StaticCompiler.__call__ (per instance), split_compiler._SplitCompiledExecutable.__call__; "
+    "compiler.StaticCompiler.__call__ and dynamic_compiler.DynamicCompiler.__call__ (per instance; the "
+    "latter's executable's _bucket_specs), split_compiler._SplitCompiledExecutable.__call__; "
     "without a TPU also StaticCompiler._compile, fx_passes.mark_embedded_constants.apply, TpuBackend.__call__",
     checked="torch_tpu 0.2.0 (torch 2.15.0)",
     patch=True,
@@ -73,6 +78,10 @@ TIMELINE_CALLS = 2000
 """Later calls of one graph kept for the timeline, as for torch_xla's graphs."""
 
 
+InputSpec = tuple[tuple[int, ...], torch.dtype] | int
+"""A program input: a tensor's shape and dtype, or an int argument's value (``input_specs``)."""
+
+
 @dataclasses.dataclass
 class Partition:
     """One program TorchTPU's split compiler hands to its ``StaticCompiler``: a partition of a
@@ -83,20 +92,25 @@ class Partition:
     module_name: str | None
     """TorchTPU's MLIR module name (``graph0_split0_fwd_submod_0``)."""
     graph_module: torch.fx.GraphModule
-    input_specs: list[tuple[tuple[int, ...], torch.dtype]]
+    input_specs: list[InputSpec]
     collectives: list[torch.fx.Node]
     """Its collective nodes (the split compiler gives each collective a partition of its own)."""
     seconds: float
     """Time in ``StaticCompiler.__call__``: FX passes, lowering and compile (with the stand-in: passes only)."""
     stand_in: bool
     """Run on CPU in place of the TPU program (no TPU here)."""
+    bucket: int = 0
+    """A graph with dynamic shapes: which of its bucket programs (each compiled at its bucket's bound)."""
+    bounds: str = ""
+    """A graph with dynamic shapes: the bucket's bounds of its symbols (``s33 in [2, 128]``)."""
 
     def ops(self) -> list[str]:
         return [_op_name(node) for node in self.graph_module.graph.nodes if node.op == "call_function"]
 
     def digest(self) -> str:
         """A content hash: the graph's code and its inputs' shapes and dtypes."""
-        text = self.graph_module.code + repr([(list(s), str(d)) for s, d in self.input_specs])
+        text = self.graph_module.code + repr([s if isinstance(s, int) else (list(s[0]), str(s[1]))
+                                              for s in self.input_specs])
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -106,10 +120,16 @@ def _op_name(node: torch.fx.Node) -> str:
     return str(name() if callable(name) else getattr(target, "__name__", target))
 
 
-def input_specs(inputs: Sequence[Any]) -> list[tuple[tuple[int, ...], torch.dtype]]:
-    """Each input's shape and dtype; ``NotImplementedError`` for a symbolic size (dynamic shapes)."""
-    specs = []
+def input_specs(inputs: Sequence[Any], *, ints: bool = False) -> list[InputSpec]:
+    """Each input's shape and dtype; ``NotImplementedError`` for a symbolic size (dynamic shapes).
+
+    ``ints``: a Python int input stays an int (a dynamic graph's bucket program takes its symbols'
+    values as arguments, fixed at the bucket's bound)."""
+    specs: list[InputSpec] = []
     for position, value in enumerate(inputs):
+        if ints and type(value) is int:
+            specs.append(value)
+            continue
         if not isinstance(value, torch.Tensor):
             raise NotImplementedError(
                 f"input {position} is a {type(value).__name__}, not a tensor: symbolic shapes are not captured "
@@ -152,52 +172,110 @@ symbolic input size), so that each listener decides what a failure means to it."
 
 
 def observe_compiler(split: Any, listener: Listener, *, run_on_cpu: bool) -> bool:
-    """Have the ``StaticCompiler`` of ``split`` (a ``SplitCompiler``) tell ``listener`` each partition.
+    """Have the base compiler of ``split`` (a ``SplitCompiler``) tell ``listener`` each partition.
 
     Per instance, so a backward graph compiled later (at the first ``backward()``) is observed
-    too. ``run_on_cpu``: its ``_compile`` runs the partition on CPU instead of lowering it.
-    Returns False for a compiler without a ``StaticCompiler`` (dynamic shapes: ``DynamicCompiler``).
+    too. A ``StaticCompiler`` tells each partition it compiles; ``run_on_cpu``: its ``_compile``
+    runs the partition on CPU instead of lowering it. A ``DynamicCompiler`` (a graph with dynamic
+    shapes) tells each bucket program it prepares (``_observed_dynamic_call``). Returns False for
+    another compiler.
     """
     from torch_tpu._internal.compile import compiler
+    from torch_tpu._internal.compile.dynamic import dynamic_compiler
 
     base = getattr(split, "base_compiler", None)
-    if not isinstance(base, compiler.StaticCompiler):
+    dynamic = isinstance(base, dynamic_compiler.DynamicCompiler)
+    if not dynamic and not isinstance(base, compiler.StaticCompiler):
         return False
     listeners: list[Listener] = base.__dict__.get("_xlabridge_listeners", [])
     if not listeners:
         base._xlabridge_listeners = listeners
         base._xlabridge_on_cpu = run_on_cpu
-        original_call = base.__call__  # the split compiler calls it by attribute: the instance's wins
-        signature = inspect.signature(original_call)
-
-        def __call__(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            result = original_call(*args, **kwargs)
-            seconds = time.perf_counter() - started
-            on_cpu = base._xlabridge_on_cpu
-
-            @functools.cache
-            def record() -> Partition:
-                bound = signature.bind(*args, **kwargs)
-                bound.apply_defaults()
-                gm, inputs = bound.arguments["graph_module"], bound.arguments["example_inputs"]
-                return Partition(
-                    "forward" if bound.arguments["is_fwd"] else "backward", bound.arguments["module_name"], gm,
-                    input_specs(inputs), [n for n in gm.graph.nodes if _is_collective(n)], seconds, on_cpu,
-                )
-
-            for each in list(listeners):
-                each(record)
-            return result
-
-        base.__call__ = __call__
-        if run_on_cpu:
+        # the split compiler calls it by attribute: the instance's wins
+        base.__call__ = (_observed_dynamic_call if dynamic else _observed_static_call)(base, base.__call__)
+        if run_on_cpu and not dynamic:
             base._compile = _run_on_cpu
     elif run_on_cpu and not base._xlabridge_on_cpu:
         base._xlabridge_on_cpu = True
-        base._compile = _run_on_cpu
+        if not dynamic:
+            base._compile = _run_on_cpu
     listeners.append(listener)
     return True
+
+
+def _observed_static_call(base: Any, original_call: Any) -> Callable[..., Any]:
+    """``StaticCompiler.__call__`` of ``base``, timed, telling its listeners the partition."""
+    signature = inspect.signature(original_call)
+
+    def __call__(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        result = original_call(*args, **kwargs)
+        seconds = time.perf_counter() - started
+        on_cpu = base._xlabridge_on_cpu
+
+        @functools.cache
+        def record() -> Partition:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            gm, inputs = bound.arguments["graph_module"], bound.arguments["example_inputs"]
+            return Partition(
+                "forward" if bound.arguments["is_fwd"] else "backward", bound.arguments["module_name"], gm,
+                input_specs(inputs), [n for n in gm.graph.nodes if _is_collective(n)], seconds, on_cpu,
+            )
+
+        for each in list(base._xlabridge_listeners):
+            each(record)
+        return result
+
+    return __call__
+
+
+def _observed_dynamic_call(base: Any, original_call: Any) -> Callable[..., Any]:
+    """``DynamicCompiler.__call__`` of ``base``: its listeners are told one partition per bucket.
+
+    TorchTPU compiles a graph with dynamic shapes once per bucket of its symbols' values
+    (``num_dynamic_buckets``, 1 by default, at multiples of ``bucket_size``), each program at the
+    bucket's upper bound, its dynamic inputs padded in the graph (``tpu._pad_real_to_static``).
+    The executable it returns holds each bucket's rewritten graph and bounded inputs
+    (``_bucket_specs``): what its ``StaticCompiler`` compiles at the graph's first call on a TPU,
+    recorded here at once. With ``run_on_cpu`` the graph as AOTAutograd gave it (copied before
+    TorchTPU rewrites it) runs on the CPU in place of that executable, which refuses CPU tensors.
+    """
+    signature = inspect.signature(original_call)
+
+    def __call__(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        on_cpu = base._xlabridge_on_cpu
+        runnable = copy.deepcopy(bound.arguments["graph_module"]) if on_cpu else None
+        started = time.perf_counter()
+        result = original_call(*args, **kwargs)
+        seconds = time.perf_counter() - started
+        kind = "forward" if bound.arguments["is_fwd"] else "backward"
+        for number, spec in enumerate(getattr(result, "_bucket_specs", None) or ()):
+
+            @functools.cache
+            def record(spec: Any = spec, number: int = number) -> Partition:
+                gm = spec.graph_module
+                return Partition(
+                    kind, bound.arguments["module_name"], gm, input_specs(spec.bounded_model_inputs, ints=True),
+                    [n for n in gm.graph.nodes if _is_collective(n)], seconds if number == 0 else 0.0, on_cpu,
+                    bucket=number, bounds=_bounds_text(spec.symbol_bounds),
+                )
+
+            for each in list(base._xlabridge_listeners):
+                each(record)
+        return _run_on_cpu(runnable, ()) if on_cpu else result
+
+    return __call__
+
+
+def _bounds_text(bounds: Any) -> str:
+    """A bucket's ``SymbolBounds`` as ``s33 in [2, 128]``."""
+    ranges = bounds.symbol_ranges
+    ranges = ranges() if callable(ranges) else ranges
+    return ", ".join(f"{symbol} in [{value.lower}, {value.upper}]"
+                     for symbol, value in sorted(ranges.items(), key=lambda item: str(item[0])))
 
 
 def _is_collective(node: torch.fx.Node) -> bool:
@@ -280,14 +358,19 @@ class _Graph:
         self.calls = 0
         self.pending_calls, self.pending_seconds, self.pending_spans = 0, 0.0, []
 
+    def programs(self) -> list[Partition]:
+        """The partitions one call runs, in order: for a graph with dynamic shapes, one bucket's."""
+        return [p for p in self.partitions if p.bucket == 0]
+
     def compiled(self) -> None:
         self.end = time.monotonic()
         stamp = _recorder.stamp(self.start)
+        buckets = [p.bounds for p in self.partitions if p.bounds and p.module_name == self.partitions[0].module_name]
         _recorder.emit(ev.BridgeGraph(**stamp, graph=self.number, compile_id=self.compile_id, role=self.role,
                                       fx_ops=self.fx_ops, input_devices=self.devices, compiler=COMPILER,
-                                      stand_in=any(p.stand_in for p in self.partitions)))
+                                      stand_in=any(p.stand_in for p in self.partitions), buckets=buckets))
         segments = []
-        for partition in self.partitions:
+        for partition in self.programs():
             ops = tuple(partition.ops())
             if partition.collectives:
                 node = partition.collectives[0]
@@ -320,7 +403,7 @@ class _Graph:
 
     def _emit_call(self, start: float, end: float) -> None:
         _recorder.emit(ev.GraphCalled(**_recorder.stamp(end), graph=self.number, call=self.calls, start=start,
-                                      executions=len(self.partitions), transfers_to_device=0,
+                                      executions=len(self.programs()), transfers_to_device=0,
                                       transfers_from_device=0))
 
     def flush(self) -> None:
@@ -350,7 +433,8 @@ def _wrap_make_backend_compiler(original: Any) -> Any:
                                         _on_partition, run_on_cpu=stand_in())
             if observed is False:
                 _recorder.warn(INFO.name, "observing TorchTPU's compiler",
-                               "a graph with dynamic shapes (DynamicCompiler): its partitions are not recorded")
+                               f"a compiler it does not know ({type(getattr(made, 'base_compiler', made)).__name__}): "
+                               "its partitions are not recorded")
         return made
 
     return make_backend_compiler

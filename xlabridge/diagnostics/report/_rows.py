@@ -111,6 +111,9 @@ class XlaGraph:
     lineno: int = _field("line", 0)
     function: str = _field("function", UNKNOWN_NAME)
     compiler: str = _field("``torch_xla`` (its Dynamo bridge) or ``torchtpu`` (TorchTPU's split compiler)", "torch_xla")
+    buckets: list[str] = _field("TorchTPU, a graph with dynamic shapes: its symbols' bounds in each bucket, one "
+                                "program per bucket compiled at the bound (``hashes`` holds every bucket's)",
+                                factory=list)
 
 
 @dataclasses.dataclass

@@ -165,6 +165,13 @@ def _hlo(report: Report) -> Section:
             "TorchTPU: its split compiler cuts a graph at each collective outside spmd_safe regions and compiles "
             "that collective as a program of its own (a 'collective-split' break); exec/call counts the programs "
             "one call runs")
+    for g in report.xla_graphs:
+        if g.buckets:
+            section.notes.append(
+                f"graph {g.index} has dynamic shapes: TorchTPU compiles it once per bucket, each program at the "
+                f"bucket's bound with its dynamic inputs padded in the graph ({'; '.join(g.buckets)}); its TPU "
+                "rows are those programs. On a TPU a bucket compiles at its first call (async), inside that "
+                "call's time")
     if report.xla_graphs:
         section.tables.append(Table(
             ["graph", "role", "fx_ops", "xla_graphs", "compiles", "compile", "exec/call", "transfers/call",
