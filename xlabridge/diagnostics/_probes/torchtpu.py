@@ -244,7 +244,10 @@ def _observed_dynamic_call(base: Any, original_call: Any) -> Callable[..., Any]:
     signature = inspect.signature(original_call)
 
     def __call__(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:  # a call this seam does not know (install() reports the probe unavailable)
+            return original_call(*args, **kwargs)
         bound.apply_defaults()
         on_cpu = base._xlabridge_on_cpu
         runnable = copy.deepcopy(bound.arguments["graph_module"]) if on_cpu else None
@@ -517,6 +520,7 @@ def install(installation: Installation) -> None:
     def patch(torch_tpu: ModuleType) -> None:
         try:
             from torch_tpu._internal.compile import _backend, compiler, split_compiler
+            from torch_tpu._internal.compile.dynamic import dynamic_compiler
             from torch_tpu._internal.compile.fx_passes import mark_embedded_constants
 
             installation.replace(_backend, "make_backend_compiler", _wrap_make_backend_compiler)
@@ -526,11 +530,12 @@ def install(installation: Installation) -> None:
                 skip_tpu_metadata_query()  # before the program's first backward()
                 installation.replace(mark_embedded_constants, "apply", lambda _original: _keep_constants)
                 installation.replace(_backend.TpuBackend, "__call__", _with_math_attention)
-            # the seam observe_compiler relies on: a StaticCompiler's __call__ with these parameters
+            # the seam observe_compiler relies on: the compilers' __call__ with these parameters
             wanted = {"graph_module", "example_inputs", "is_fwd", "module_name"}
-            missing = wanted - set(inspect.signature(compiler.StaticCompiler.__call__).parameters)
-            if missing:
-                _status.unavailable(INFO, f"StaticCompiler.__call__ has no parameter(s) {sorted(missing)}")
+            for cls in (compiler.StaticCompiler, dynamic_compiler.DynamicCompiler):
+                missing = wanted - set(inspect.signature(cls.__call__).parameters)
+                if missing:
+                    _status.unavailable(INFO, f"{cls.__name__}.__call__ has no parameter(s) {sorted(missing)}")
         except (ImportError, AttributeError, ValueError) as error:  # a torch_tpu without these names
             _status.unavailable(INFO, f"{type(error).__name__}: {error}")
 
