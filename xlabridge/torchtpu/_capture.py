@@ -9,10 +9,10 @@ collectives) and ``StaticCompiler`` (more FX passes: ``decompose_auto_functional
 the graph is run on the ``tpu`` device in a tracing mode) and compiles it with PJRT. All of that
 is Python on FakeTensors, and runs here, except ``_compile``: it needs a TPU.
 
-``GraphCapture`` runs TorchTPU's own backend with the compiler it makes observed by the
-diagnostics' TorchTPU probe (``observe_compiler``, through ``_backend.make_backend_compiler``,
-patched for the duration of the backend call; the probe is the one place that touches TorchTPU's
-compiler): each partition is recorded exactly as ``fx_to_mlir`` would receive it, and run on CPU
+``GraphCapture`` runs TorchTPU's own backend with the compiler it makes observed through the
+diagnostics' TorchTPU seam (``_probes/torchtpu_seam.py``: ``observe_compiler``, through
+``_backend.make_backend_compiler``, patched for the duration of the backend call; the probes are
+the one place that touches TorchTPU's compiler): each partition is recorded exactly as ``fx_to_mlir`` would receive it, and run on CPU
 in its place, so the user's program goes on with eager-CPU results.
 
 One of TorchTPU's passes is skipped while capturing: ``mark_embedded_constants`` turns each
@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from xlabridge import _optional
-from xlabridge.diagnostics._probes import torchtpu as torchtpu_probe
+from xlabridge.diagnostics._probes import torchtpu_seam
 from xlabridge.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class TpuGraph:
     """The MLIR module name TorchTPU gives it (``graph0_split0_fwd_submod_0``)."""
     graph_module: torch.fx.GraphModule
     """The ATen-level graph as TorchTPU's ``fx_to_mlir`` receives it."""
-    input_specs: list[torchtpu_probe.InputSpec]
+    input_specs: list[torchtpu_seam.InputSpec]
     """Each input's shape and dtype (parameters lifted as inputs, as AOTAutograd passes them); an
     int for a symbol's value (a graph with dynamic shapes: its bucket's bound)."""
     user_lines: dict[str, str]
@@ -123,7 +123,7 @@ class TpuGraph:
         }
 
 
-skip_tpu_metadata_query = torchtpu_probe.skip_tpu_metadata_query
+skip_tpu_metadata_query = torchtpu_seam.skip_tpu_metadata_query
 
 
 def _user_line(node: torch.fx.Node) -> str | None:
@@ -178,7 +178,7 @@ class GraphCapture:
         capture = self
         partitions = {"forward": itertools.count(), "backward": itertools.count()}
 
-        def on_partition(record: Callable[[], torchtpu_probe.Partition]) -> None:
+        def on_partition(record: Callable[[], torchtpu_seam.Partition]) -> None:
             partition = record()
             lines = {}
             for node in partition.graph_module.graph.nodes:
@@ -197,7 +197,7 @@ class GraphCapture:
 
         def make_backend_compiler(*args: Any, **kwargs: Any) -> Any:
             made = original(*args, **kwargs)
-            if not torchtpu_probe.observe_compiler(made, on_partition, run_on_cpu=True):
+            if not torchtpu_seam.observe_compiler(made, on_partition, run_on_cpu=True):
                 raise NotImplementedError(
                     f"GraphCapture: TorchTPU made a compiler it does not know "
                     f"({type(getattr(made, 'base_compiler', made)).__name__})")
@@ -205,7 +205,7 @@ class GraphCapture:
 
         _backend.make_backend_compiler = make_backend_compiler
         try:
-            with torchtpu_probe.stand_in_patches():
+            with torchtpu_seam.stand_in_patches():
                 yield
         finally:
             _backend.make_backend_compiler = original

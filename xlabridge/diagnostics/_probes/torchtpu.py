@@ -18,40 +18,44 @@ no per-partition inputs, stacks or timing: so four names are wrapped, each calli
   partition on the CPU instead of lowering it (``fx_to_mlir`` needs a chip: docs/torchtpu.md),
   ``mark_embedded_constants.apply`` is skipped (it moves constants to the ``tpu`` device,
   which FakeTensor propagation beside CPU inputs then refuses), and ``TpuBackend.__call__``
-  traces attention in its math form (``_with_math_attention``). Without a TPU TorchTPU's backend
+  traces attention in its math form (``with_math_attention``). Without a TPU TorchTPU's backend
   cannot run at all, so the stand-in changes no result that would otherwise exist: the
   program runs with eager-CPU results and every graph TorchTPU would compile is recorded. A graph
   with dynamic shapes runs as AOTAutograd gave it (TorchTPU's dynamic executable refuses CPU
   tensors), its bucket programs recorded as TorchTPU prepares them.
 
-``xlabridge.torchtpu.GraphCapture`` uses ``observe_compiler`` and ``stand_in_patches`` for its own
-capture. Checked on torch_tpu 0.2.0 with torch 2.15.0.
+``torchtpu_seam.py`` holds the per-instance observation and the stand-in, which
+``xlabridge.torchtpu.GraphCapture`` uses for its own capture. Checked on torch_tpu 0.2.0 with torch 2.15.0.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
-import functools
-import hashlib
 import inspect
 import itertools
 import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from xlabridge import _env
 from xlabridge.diagnostics import _frames, _recorder
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._probes import Installation, ProbeInfo, _status, imports
 from xlabridge.diagnostics._probes.dynamo_graphs import current_compile_id
+from xlabridge.diagnostics._probes.torchtpu_seam import (
+    Partition,
+    keep_constants,
+    observe_compiler,
+    op_name,
+    skip_tpu_metadata_query,
+    stand_in,
+    with_math_attention,
+)
 
 INFO = ProbeInfo(
     name="torchtpu.compiler",
@@ -76,261 +80,6 @@ FULLY_MEASURED_CALLS = 3
 
 TIMELINE_CALLS = 2000
 """Later calls of one graph kept for the timeline, as for torch_xla's graphs."""
-
-
-InputSpec = tuple[tuple[int, ...], torch.dtype] | int
-"""A program input: a tensor's shape and dtype, or an int argument's value (``input_specs``)."""
-
-
-@dataclasses.dataclass
-class Partition:
-    """One program TorchTPU's split compiler hands to its ``StaticCompiler``: a partition of a
-    forward or backward graph, as ``fx_to_mlir`` receives it."""
-
-    kind: str
-    """``forward`` or ``backward``."""
-    module_name: str | None
-    """TorchTPU's MLIR module name (``graph0_split0_fwd_submod_0``)."""
-    graph_module: torch.fx.GraphModule
-    input_specs: list[InputSpec]
-    collectives: list[torch.fx.Node]
-    """Its collective nodes (the split compiler gives each collective a partition of its own)."""
-    seconds: float
-    """Time in ``StaticCompiler.__call__``: FX passes, lowering and compile (with the stand-in: passes only)."""
-    stand_in: bool
-    """Run on CPU in place of the TPU program (no TPU here)."""
-    bucket: int = 0
-    """A graph with dynamic shapes: which of its bucket programs (each compiled at its bucket's bound)."""
-    bounds: str = ""
-    """A graph with dynamic shapes: the bucket's bounds of its symbols (``s33 in [2, 128]``)."""
-
-    def ops(self) -> list[str]:
-        return [_op_name(node) for node in self.graph_module.graph.nodes if node.op == "call_function"]
-
-    def digest(self) -> str:
-        """A content hash: the graph's code and its inputs' shapes and dtypes."""
-        text = self.graph_module.code + repr([s if isinstance(s, int) else (list(s[0]), str(s[1]))
-                                              for s in self.input_specs])
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def _op_name(node: torch.fx.Node) -> str:
-    target = node.target
-    name = getattr(target, "name", None)
-    return str(name() if callable(name) else getattr(target, "__name__", target))
-
-
-def input_specs(inputs: Sequence[Any], *, ints: bool = False) -> list[InputSpec]:
-    """Each input's shape and dtype; ``NotImplementedError`` for a symbolic size (dynamic shapes).
-
-    ``ints``: a Python int input stays an int (a dynamic graph's bucket program takes its symbols'
-    values as arguments, fixed at the bucket's bound)."""
-    specs: list[InputSpec] = []
-    for position, value in enumerate(inputs):
-        if ints and type(value) is int:
-            specs.append(value)
-            continue
-        if not isinstance(value, torch.Tensor):
-            raise NotImplementedError(
-                f"input {position} is a {type(value).__name__}, not a tensor: symbolic shapes are not captured "
-                "(TorchTPU compiles with dynamic=False by default)")
-        specs.append((tuple(int(size) for size in value.shape), value.dtype))
-    return specs
-
-
-@functools.cache
-def tpu_present() -> bool:
-    """Whether torch_tpu finds a TPU on this machine (its PCI probe; no device is started)."""
-    from torch_tpu._internal.utils import hardware
-
-    return bool(hardware.get_tpu_device_count())
-
-
-def skip_tpu_metadata_query() -> bool:
-    """Where torch_tpu finds no TPU, tell libtpu not to query the GCE metadata server (``_env``).
-
-    Returns whether it was set here. Off a TPU VM, libtpu's PJRT client, which TorchTPU starts
-    at the first ``backward()`` of the process (the autograd engine asks its device guard for a
-    device count), retries that server for minutes before giving up (docs/torchtpu.md).
-    """
-    if _env.get(_env.TPU_SKIP_MDS_QUERY) is not None or tpu_present():
-        return False
-    _env.put(_env.TPU_SKIP_MDS_QUERY, "1")
-    return True
-
-
-def stand_in() -> bool:
-    """Whether TorchTPU's programs run on CPU in their place while observed: no TPU here."""
-    return not tpu_present()
-
-
-# ---------------------------------------------------------------- one compiler instance
-
-Listener = Callable[[Callable[[], Partition]], None]
-"""Told of each partition compiled, with a function that makes its record (which may raise: a
-symbolic input size), so that each listener decides what a failure means to it."""
-
-
-def observe_compiler(split: Any, listener: Listener, *, run_on_cpu: bool) -> bool:
-    """Have the base compiler of ``split`` (a ``SplitCompiler``) tell ``listener`` each partition.
-
-    Per instance, so a backward graph compiled later (at the first ``backward()``) is observed
-    too. A ``StaticCompiler`` tells each partition it compiles; ``run_on_cpu``: its ``_compile``
-    runs the partition on CPU instead of lowering it. A ``DynamicCompiler`` (a graph with dynamic
-    shapes) tells each bucket program it prepares (``_observed_dynamic_call``). Returns False for
-    another compiler.
-    """
-    from torch_tpu._internal.compile import compiler
-    from torch_tpu._internal.compile.dynamic import dynamic_compiler
-
-    base = getattr(split, "base_compiler", None)
-    dynamic = isinstance(base, dynamic_compiler.DynamicCompiler)
-    if not dynamic and not isinstance(base, compiler.StaticCompiler):
-        return False
-    listeners: list[Listener] = base.__dict__.get("_xlabridge_listeners", [])
-    if not listeners:
-        base._xlabridge_listeners = listeners
-        base._xlabridge_on_cpu = run_on_cpu
-        # the split compiler calls it by attribute: the instance's wins
-        base.__call__ = (_observed_dynamic_call if dynamic else _observed_static_call)(base, base.__call__)
-        if run_on_cpu and not dynamic:
-            base._compile = _run_on_cpu
-    elif run_on_cpu and not base._xlabridge_on_cpu:
-        base._xlabridge_on_cpu = True
-        if not dynamic:
-            base._compile = _run_on_cpu
-    listeners.append(listener)
-    return True
-
-
-def _observed_static_call(base: Any, original_call: Any) -> Callable[..., Any]:
-    """``StaticCompiler.__call__`` of ``base``, timed, telling its listeners the partition."""
-    signature = inspect.signature(original_call)
-
-    def __call__(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        result = original_call(*args, **kwargs)
-        seconds = time.perf_counter() - started
-        on_cpu = base._xlabridge_on_cpu
-
-        @functools.cache
-        def record() -> Partition:
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            gm, inputs = bound.arguments["graph_module"], bound.arguments["example_inputs"]
-            return Partition(
-                "forward" if bound.arguments["is_fwd"] else "backward", bound.arguments["module_name"], gm,
-                input_specs(inputs), [n for n in gm.graph.nodes if _is_collective(n)], seconds, on_cpu,
-            )
-
-        for each in list(base._xlabridge_listeners):
-            each(record)
-        return result
-
-    return __call__
-
-
-def _observed_dynamic_call(base: Any, original_call: Any) -> Callable[..., Any]:
-    """``DynamicCompiler.__call__`` of ``base``: its listeners are told one partition per bucket.
-
-    TorchTPU compiles a graph with dynamic shapes once per bucket of its symbols' values
-    (``num_dynamic_buckets``, 1 by default, at multiples of ``bucket_size``), each program at the
-    bucket's upper bound, its dynamic inputs padded in the graph (``tpu._pad_real_to_static``).
-    The executable it returns holds each bucket's rewritten graph and bounded inputs
-    (``_bucket_specs``): what its ``StaticCompiler`` compiles at the graph's first call on a TPU,
-    recorded here at once. With ``run_on_cpu`` the graph as AOTAutograd gave it (copied before
-    TorchTPU rewrites it) runs on the CPU in place of that executable, which refuses CPU tensors.
-    """
-    signature = inspect.signature(original_call)
-
-    def __call__(*args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:  # a call this seam does not know (install() reports the probe unavailable)
-            return original_call(*args, **kwargs)
-        bound.apply_defaults()
-        on_cpu = base._xlabridge_on_cpu
-        runnable = copy.deepcopy(bound.arguments["graph_module"]) if on_cpu else None
-        started = time.perf_counter()
-        result = original_call(*args, **kwargs)
-        seconds = time.perf_counter() - started
-        kind = "forward" if bound.arguments["is_fwd"] else "backward"
-        for number, spec in enumerate(getattr(result, "_bucket_specs", None) or ()):
-
-            @functools.cache
-            def record(spec: Any = spec, number: int = number) -> Partition:
-                gm = spec.graph_module
-                return Partition(
-                    kind, bound.arguments["module_name"], gm, input_specs(spec.bounded_model_inputs, ints=True),
-                    [n for n in gm.graph.nodes if _is_collective(n)], seconds if number == 0 else 0.0, on_cpu,
-                    bucket=number, bounds=_bounds_text(spec.symbol_bounds),
-                )
-
-            for each in list(base._xlabridge_listeners):
-                each(record)
-        return _run_on_cpu(runnable, ()) if on_cpu else result
-
-    return __call__
-
-
-def _bounds_text(bounds: Any) -> str:
-    """A bucket's ``SymbolBounds`` as ``s33 in [2, 128]``."""
-    ranges = bounds.symbol_ranges
-    ranges = ranges() if callable(ranges) else ranges
-    return ", ".join(f"{symbol} in [{value.lower}, {value.upper}]"
-                     for symbol, value in sorted(ranges.items(), key=lambda item: str(item[0])))
-
-
-def _is_collective(node: torch.fx.Node) -> bool:
-    from torch_tpu._internal.distributed import collective_ops
-
-    return node.op == "call_function" and collective_ops.is_collective_op(
-        getattr(node.target, "overloadpacket", node.target))
-
-
-def _run_on_cpu(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
-    """``StaticCompiler._compile``'s stand-in: the partition, run eagerly on the CPU."""
-
-    def run(*inputs: Any) -> Any:
-        if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
-            inputs = tuple(inputs[0])
-        return graph_module(*inputs)
-
-    return run
-
-
-def _with_math_attention(original: Any) -> Any:
-    """``TpuBackend.__call__`` with the stand-in: attention traced in its math form.
-
-    On CPU, AOTAutograd would trace ``scaled_dot_product_attention`` to the CPU flash kernel
-    (``_scaled_dot_product_flash_attention_for_cpu`` and its backward), an op no TPU lowering
-    knows; on a TPU, TorchTPU picks its own attention kernel.
-    """
-
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        with sdpa_kernel([SDPBackend.MATH]):
-            return original(self, *args, **kwargs)
-
-    return __call__
-
-
-def _keep_constants(gm_or_graph: Any) -> None:
-    """``mark_embedded_constants.apply`` with the stand-in: the constants stay CPU tensors."""
-
-
-@contextlib.contextmanager
-def stand_in_patches() -> Iterator[None]:
-    """For the duration: ``mark_embedded_constants`` skipped (see the module's docstring)."""
-    from torch_tpu._internal.compile.fx_passes import mark_embedded_constants
-
-    original = mark_embedded_constants.apply
-    mark_embedded_constants.apply = _keep_constants
-    try:
-        yield
-    finally:
-        mark_embedded_constants.apply = original
 
 
 # ---------------------------------------------------------------- the diagnostics
@@ -378,7 +127,7 @@ class _Graph:
             if partition.collectives:
                 node = partition.collectives[0]
                 segments.append(ev.SegmentRecord(ev.SegmentKind.COLLECTIVE, ops, ev.CpuNode(
-                    node.name, _op_name(node), (), tuple(_frames.from_stack_trace(node.meta.get("stack_trace"))))))
+                    node.name, op_name(node), (), tuple(_frames.from_stack_trace(node.meta.get("stack_trace"))))))
             else:
                 segments.append(ev.SegmentRecord(ev.SegmentKind.XLA, ops))
         _recorder.emit(ev.Partitioned(**_recorder.stamp(self.end), graph=self.number, start=self.start,
@@ -528,8 +277,8 @@ def install(installation: Installation) -> None:
             installation.replace(split_compiler._SplitCompiledExecutable, "__call__", _wrap_executable_call)
             if stand_in():
                 skip_tpu_metadata_query()  # before the program's first backward()
-                installation.replace(mark_embedded_constants, "apply", lambda _original: _keep_constants)
-                installation.replace(_backend.TpuBackend, "__call__", _with_math_attention)
+                installation.replace(mark_embedded_constants, "apply", lambda _original: keep_constants)
+                installation.replace(_backend.TpuBackend, "__call__", with_math_attention)
             # the seam observe_compiler relies on: the compilers' __call__ with these parameters
             wanted = {"graph_module", "example_inputs", "is_fwd", "module_name"}
             for cls in (compiler.StaticCompiler, dynamic_compiler.DynamicCompiler):
