@@ -205,6 +205,7 @@ def test_a_failure_in_the_probe_warns_and_the_model_runs(monkeypatch):
     """A bug (or an upstream change) inside the probe's bookkeeping: one DiagnosticsWarning, the
     probe marked failed in the report, and the program's results those of a run without diagnostics."""
     from xlabridge.diagnostics._probes import torchtpu as probe
+    from xlabridge.diagnostics._probes import torchtpu_seam
     from xlabridge.errors import DiagnosticsWarning
 
     def broken(inputs):
@@ -216,7 +217,7 @@ def test_a_failure_in_the_probe_warns_and_the_model_runs(monkeypatch):
     torch._dynamo.reset()
     with diagnose():
         expected = torch.compile(model, backend="tpu", dynamic=False)(x)
-    monkeypatch.setattr(probe, "input_specs", broken)
+    monkeypatch.setattr(torchtpu_seam, "input_specs", broken)
     torch._dynamo.reset()
     with pytest.warns(DiagnosticsWarning, match="simulated bookkeeping bug"), diagnose() as report:
         out = torch.compile(model, backend="tpu", dynamic=False)(x)
