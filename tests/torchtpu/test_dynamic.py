@@ -105,3 +105,28 @@ def test_report_has_the_dynamic_graphs_their_buckets_and_tpu_rows(tmp_path):
     assert not [p for p in data["probes"] if p["state"] != "ok"]
     assert not [w for w in data["warnings"] if "torchtpu.compiler" in w]
     check_tpu_rows_against_libtpu(data, logs, tmp_path)
+
+
+TWO_BUCKETS = textwrap.dedent("""
+    import torch
+    import torch_tpu  # noqa: F401
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
+    step = torch.compile(model, backend="tpu", options={"num_dynamic_buckets": 2})
+    with torch.no_grad():
+        for n in (8, 16, 200):  # 16 recompiles with the batch dynamic; 200 lies past the first bucket
+            x = torch.randn(n, 64)
+            torch.testing.assert_close(step(x), model(x), rtol=0, atol=0)
+""")
+
+
+def test_each_bucket_is_a_program_of_its_own(tmp_path):
+    """``num_dynamic_buckets=2``: the dynamic graph names both buckets (consecutive bounds), a call
+    runs one program, and each bucket's program has its own TPU row equal to libtpu's compile."""
+    data, logs = report(tmp_path, "buckets", TWO_BUCKETS)
+    (graph,) = [g for g in data["hlo"]["graphs"] if g["buckets"]]
+    bounds = [tuple(map(int, re.fullmatch(r"\w+ in \[(\d+), (\d+)\]", b).groups())) for b in graph["buckets"]]
+    assert len(bounds) == 2 and bounds[0][1] < bounds[1][1] and bounds[0][0] <= 16 <= bounds[0][1]
+    assert graph["executions_per_call"] == 1 and graph["calls"] == 2 and len(graph["hashes"]) == 2
+    check_tpu_rows_against_libtpu(data, logs, tmp_path)

@@ -117,7 +117,7 @@ class _Graph:
     def compiled(self) -> None:
         self.end = time.monotonic()
         stamp = _recorder.stamp(self.start)
-        buckets = [p.bounds for p in self.partitions if p.bounds and p.module_name == self.partitions[0].module_name]
+        buckets = list(dict.fromkeys(p.bounds for p in self.partitions if p.bounds))  # each once, in order
         _recorder.emit(ev.BridgeGraph(**stamp, graph=self.number, compile_id=self.compile_id, role=self.role,
                                       fx_ops=self.fx_ops, input_devices=self.devices, compiler=COMPILER,
                                       stand_in=any(p.stand_in for p in self.partitions), buckets=buckets))

@@ -30,8 +30,9 @@ InputSpec = tuple[tuple[int, ...], torch.dtype] | int
 
 @dataclasses.dataclass
 class Partition:
-    """One program TorchTPU's split compiler hands to its ``StaticCompiler``: a partition of a
-    forward or backward graph, as ``fx_to_mlir`` receives it."""
+    """One program TorchTPU compiles: a partition of a forward or backward graph as its split
+    compiler hands it to the ``StaticCompiler`` (``fx_to_mlir`` receives it so), or, for a graph
+    with dynamic shapes, one bucket's program as the ``DynamicCompiler`` prepares it."""
 
     kind: str
     """``forward`` or ``backward``."""
