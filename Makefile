@@ -19,7 +19,7 @@ export PJRT_DEVICE ?= CPU
 # The compatibility suites, chosen by path: the diagnostics, the backend (placement, forward-only
 # path) and autocast. Real-model tests (marked slow) run in the pinned environment only. Tests
 # that need torch_xla skip themselves, with the reason, where it is absent.
-COMPAT_TESTS ?= tests/diagnostics tests/test_backend.py tests/test_compile_path.py tests/autocast
+COMPAT_TESTS ?= tests/diagnostics tests/backend/test_backend.py tests/backend/test_path.py tests/autocast tests/upstream
 COMPAT_PYTEST_ARGS ?= -m "not slow"
 
 # The TorchTPU suite (torch 2.15 + torch-tpu + libtpu, no TPU here): what of TorchTPU runs

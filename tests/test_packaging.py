@@ -27,7 +27,7 @@ def test_wheel_ships_csrc_and_the_installed_package_finds_it(tmp_path):
     (wheel,) = wheels.glob("xlabridge-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "xlabridge/_csrc/autocast/autocast_xla.cpp" in names
-    assert "xlabridge/diagnostics/_bootstrap/sitecustomize.py" in names
+    assert "xlabridge/diagnostics/_observe/bootstrap/sitecustomize.py" in names
 
     target = tmp_path / "site"
     subprocess.run(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 # xlabridge's own
 CACHE_DIR = "XLABRIDGE_CACHE_DIR"
-"""Directory of the persistent XLA compilation cache (``xlabridge.cache``)."""
+"""Directory of the persistent XLA compilation cache (``xlabridge.backend.cache``)."""
 REPORT_DIR = "XLABRIDGE_REPORT_DIR"
 """Set by ``xlabridge report`` for the processes it runs: where each writes its event log."""
 CAPTURE_HLO = "XLABRIDGE_CAPTURE_HLO"
@@ -54,7 +54,7 @@ PYTHONPATH = "PYTHONPATH"
 XDG_CACHE_HOME = "XDG_CACHE_HOME"
 """Base of per-user caches."""
 XLA_PERSISTENT_CACHE_PATH = "XLA_PERSISTENT_CACHE_PATH"
-"""torch_xla's persistent compilation cache directory; ``xlabridge.cache`` sets it before torch_xla loads."""
+"""torch_xla's persistent compilation cache directory; ``xlabridge.backend.cache`` sets it before torch_xla loads."""
 XLA_PERSISTENT_CACHE_READ_ONLY = "XLA_PERSISTENT_CACHE_READ_ONLY"
 """``0``: torch_xla writes new entries to its persistent cache (set with the path above)."""
 RANK = "RANK"
@@ -72,7 +72,7 @@ XLA_HLO_DEBUG = "XLA_HLO_DEBUG"
 PT_XLA_DEBUG_LEVEL = "PT_XLA_DEBUG_LEVEL"
 """``2``: torch_xla writes every graph compilation and execution, its cause and frames."""
 PT_XLA_DEBUG_FILE = "PT_XLA_DEBUG_FILE"
-"""Where ``PT_XLA_DEBUG_LEVEL`` output goes (``xlabridge.pod.lazy`` reads it)."""
+"""Where ``PT_XLA_DEBUG_LEVEL`` output goes (``xlabridge.pod._lazy`` reads it)."""
 PT_XLA_DEBUG_MAX_FRAME = "PT_XLA_DEBUG_MAX_FRAME"
 """How many Python frames torch_xla's debug output keeps per execution (innermost first; 8 by
 default, too few to reach the user's line from inside the Dynamo bridge or ``torch.nn``):

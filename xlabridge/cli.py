@@ -42,7 +42,7 @@ from xlabridge import _env
 
 
 def _bootstrap_dir() -> str:
-    return str(Path(__file__).resolve().parent / "diagnostics" / "_bootstrap")
+    return str(Path(__file__).resolve().parent / "diagnostics" / "_observe" / "bootstrap")
 
 
 _TPU_LOG = "events-tpu.jsonl"
@@ -53,7 +53,7 @@ def _check_tpu(target: str | None) -> str | None:
     """``--tpu``'s topology name, checked before anything runs."""
     if target is None:
         return None
-    from xlabridge.diagnostics import _tpu_pass
+    from xlabridge.diagnostics._observe import tpu_pass as _tpu_pass
     from xlabridge.errors import MissingDependencyError, UnknownTopologyError
 
     try:
@@ -66,7 +66,8 @@ def _merged_report(directory: Path, tpu: str | None = None):
     """The report of every event log in ``directory``, each read once; with ``tpu``, the run's
     graphs are first compiled for that topology and their events written beside the logs
     (replacing an earlier TPU log, so ``--read DIR --tpu`` can compile for another topology)."""
-    from xlabridge.diagnostics import _pod, _tpu_pass, build_report, events
+    from xlabridge.diagnostics._observe import pod as _pod, tpu_pass as _tpu_pass
+    from xlabridge.diagnostics import build_report, events
 
     logs = sorted(directory.glob("events-*.jsonl"))
     process_logs = [path for path in logs if path.name != _TPU_LOG]
@@ -135,7 +136,7 @@ def _report(args: argparse.Namespace) -> int:
             # The TPU view compiles every XLA graph of the run: the lazily traced ones come from the capture.
             env[_env.POD] = "1"
         if args.cache_dir:
-            from xlabridge import cache
+            from xlabridge.backend import cache
 
             try:
                 env[cache.ENV_VAR] = str(cache.validate_cache_dir(args.cache_dir))
@@ -181,7 +182,7 @@ def _load_step(target: str) -> tuple:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from xlabridge.diagnostics.compare import compare
+    from xlabridge.diagnostics._compare import compare
 
     step, step_args, step_kwargs = _load_step(args.target)
     result = compare(

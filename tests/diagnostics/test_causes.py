@@ -2,7 +2,7 @@
 
 import pytest
 
-from xlabridge.diagnostics.causes import (
+from xlabridge.diagnostics._build.causes import (
     DYNAMO_CAUSES,
     HLO_CAUSES,
     RECOMPILE_CAUSES,

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from xlabridge.diagnostics import diagnose
-from xlabridge.diagnostics.compare import Comparison, compare
+from xlabridge.diagnostics._compare import Comparison, compare
 
 STEPS, WARMUP = 3, 2
 

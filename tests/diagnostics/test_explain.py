@@ -15,7 +15,7 @@ import xlabridge
 import xlabridge.diagnostics as xd
 from tests import models
 from tests.conftest import requires_xla
-from xlabridge.diagnostics._probes import xla_bridge
+from xlabridge.diagnostics._observe.probes import xla_bridge
 from xlabridge.errors import DiagnosticsWarning
 
 pytestmark = requires_xla

@@ -19,7 +19,7 @@ import pytest
 
 from tests.diagnostics import demo_like
 from xlabridge.diagnostics import write_html
-from xlabridge.diagnostics.views import sections
+from xlabridge.diagnostics.views import _sections as sections
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")

@@ -30,7 +30,7 @@ from xlabridge.diagnostics import build_report, write_html
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics.report import Report
 
-from xlabridge.diagnostics import _pod  # noqa: E402
+from xlabridge.diagnostics._observe import pod as _pod  # noqa: E402
 
 pytestmark = [
     requires_xla,

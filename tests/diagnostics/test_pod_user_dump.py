@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import requires_xla
-from xlabridge.diagnostics import _pod
+from xlabridge.diagnostics._observe import pod as _pod
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics.report import Report
 

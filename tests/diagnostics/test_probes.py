@@ -14,9 +14,9 @@ import torch
 import xlabridge.diagnostics as xd
 from tests.conftest import requires_xla
 from xlabridge import _optional
-from xlabridge.diagnostics import _pod, _recorder
+from xlabridge.diagnostics._observe import pod as _pod, recorder as _recorder
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._probes import selftest, xla_bridge
+from xlabridge.diagnostics._observe.probes import selftest, xla_bridge
 from xlabridge.errors import DiagnosticsWarning
 
 
@@ -227,7 +227,7 @@ def test_the_self_test_names_the_eager_probe_when_its_metric_stops_moving() -> N
     import subprocess
     import sys
 
-    program = ("from xlabridge.diagnostics._probes import selftest_child, xla_eager\n"
+    program = ("from xlabridge.diagnostics._observe.probes import selftest_child, xla_eager\n"
                "xla_eager.EXECUTE_TIME = 'EagerOpExecuteTimeRenamed'\n"
                "selftest_child.main()\n")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
@@ -245,7 +245,7 @@ def test_a_self_test_verdict_marks_the_probe_silent_with_one_warning(monkeypatch
         def wait(self):
             return {"xla.bridge": "no CPU node with fallback ops", "dynamo.graphs": ""}
 
-    from xlabridge.diagnostics import _session
+    from xlabridge.diagnostics._observe import session as _session
 
     monkeypatch.setattr(_session, "_selftest", Verdict())
     with warnings.catch_warnings(record=True) as caught:

@@ -14,7 +14,7 @@ import torch
 import xlabridge.diagnostics as xd
 from tests.conftest import requires_xla
 from xlabridge.diagnostics import build_report, render_text
-from xlabridge.diagnostics import causes
+from xlabridge.diagnostics._build import causes
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics.report import Report
 

@@ -25,7 +25,9 @@ import pytest
 
 from tests.conftest import requires_xla
 from tests.tpu.conftest import requires_tpu_compiler
-from xlabridge.diagnostics import _findings, _pod, events
+from xlabridge.diagnostics._build import findings as _findings
+from xlabridge.diagnostics._observe import pod as _pod
+from xlabridge.diagnostics import events
 from xlabridge.diagnostics.report import Finding, TimeSplit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,7 +152,7 @@ def test_eager_ops_are_a_share_of_their_own(tmp_path: Path) -> None:
 def test_the_eager_share_is_the_union_of_its_spans_outside_the_other_shares() -> None:
     """Eager ops' spans overlap (each is launch to completion), may fall inside a sync, and beyond
     torch_xla's kept samples only their total is known."""
-    from xlabridge.diagnostics import _timesplit
+    from xlabridge.diagnostics._build import timesplit as _timesplit
 
     stamp = {"pid": 1}
     log = [

@@ -24,7 +24,8 @@ from tests.conftest import requires_xla
 from tests.tpu import _hlo_proto, _reference
 from tests.tpu.conftest import requires_tpu_compiler
 from xlabridge.diagnostics import build_report, render_text
-from xlabridge.diagnostics import _tpu_pass, diagnose, events, explain
+from xlabridge.diagnostics._observe import tpu_pass as _tpu_pass
+from xlabridge.diagnostics import diagnose, events, explain
 from xlabridge.diagnostics._frames import UNKNOWN
 from xlabridge.diagnostics.report import Report
 from xlabridge.errors import MissingDependencyError, UnknownTopologyError
@@ -173,7 +174,7 @@ def test_bad_tpu_arguments_are_refused_before_anything_runs(monkeypatch):
     with pytest.raises(TypeError, match="'tpu' must be a TPU topology name"):
         with diagnose(tpu=5):  # type: ignore[arg-type]
             ran.append(1)
-    from xlabridge.tpu import compiler
+    from xlabridge.tpu import _compiler as compiler
 
     monkeypatch.setattr(compiler._optional, "is_available", lambda name: name != "libtpu")
     with pytest.raises(MissingDependencyError, match=r"xlabridge\[tpu-compile\]"):

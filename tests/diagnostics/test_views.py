@@ -25,9 +25,9 @@ from xlabridge.diagnostics.report import (
     TimeSplit,
     XlaGraph,
 )
-from xlabridge.diagnostics.views import html as html_view
-from xlabridge.diagnostics.views import sections
-from xlabridge.diagnostics.views import text as text_view
+from xlabridge.diagnostics.views import _html as html_view
+from xlabridge.diagnostics.views import _sections as sections
+from xlabridge.diagnostics.views import _text as text_view
 
 _VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "source"}
 _SVG_EMPTY = {"rect", "line", "circle", "path"}  # written as <x .../>, reported as startendtag

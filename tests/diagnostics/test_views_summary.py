@@ -27,8 +27,8 @@ from xlabridge.diagnostics.report import (
     TimeSplit,
     XlaGraph,
 )
-from xlabridge.diagnostics.views import html as html_view
-from xlabridge.diagnostics.views import text as text_view
+from xlabridge.diagnostics.views import _html as html_view
+from xlabridge.diagnostics.views import _text as text_view
 
 LABELS = {"imports": "imports", "tracing": "tracing", "xla_compile": "XLA compile", "execution": "execution",
           "lazy": "lazy", "eager": "eager", "transfers": "transfers", "cpu_fallback": "CPU fallback", "other": "other"}

@@ -225,7 +225,7 @@ def _jax_array(x: torch.Tensor):
     ],
 )
 def test_mosaic_cols_and_both_interpret(shape, dtype, rounding):
-    from xlabridge.mx import _mosaic_cols
+    from xlabridge.mx._mosaic import cols as _mosaic_cols
 
     x = make_input(shape, dtype, seed=87)
     (rd, rs), (cd, cs) = _mosaic_cols.to_mxfp8_both(_jax_array(x), 32, rounding, interpret=True)
@@ -239,7 +239,7 @@ def test_mosaic_cols_and_both_interpret(shape, dtype, rounding):
 @pytest.mark.usefixtures("_xla_cpu")
 @pytest.mark.parametrize("block_size", [8, 16])
 def test_mosaic_other_block_sizes(block_size):
-    from xlabridge.mx import _mosaic_cols
+    from xlabridge.mx._mosaic import cols as _mosaic_cols
 
     x = make_input((256, 256), torch.bfloat16, seed=88, block_size=block_size)
     (rd, rs), (cd, cs) = _mosaic_cols.to_mxfp8_both(_jax_array(x), block_size, "floor", interpret=True)
@@ -251,7 +251,7 @@ def test_mosaic_other_block_sizes(block_size):
 def test_mosaic_shapes_it_does_not_take():
     import jax.numpy as jnp
 
-    from xlabridge.mx import _mosaic_cols
+    from xlabridge.mx._mosaic import cols as _mosaic_cols
 
     assert not _mosaic_cols.supports((1, 96, 128), "bfloat16", 32)  # R not a multiple of 128
     assert not _mosaic_cols.supports((1, 128, 96), "bfloat16", 32)  # B not a multiple of 128
@@ -289,7 +289,7 @@ def test_one_kernel_at_ideal_bytes(compiler, generation, kind, size_mb):
     import jax
     import jax.numpy as jnp
 
-    from xlabridge.mx import _mosaic_cols
+    from xlabridge.mx._mosaic import cols as _mosaic_cols
 
     rows, k = (COLS_SHAPES if kind == "cols" else BOTH_SHAPES)[size_mb]
     fn = _mosaic_cols.to_mxfp8_cols if kind == "cols" else _mosaic_cols.to_mxfp8_both
@@ -311,7 +311,7 @@ def test_float32_and_leading_dims_compile(compiler, dtype):
 
     import jax
 
-    from xlabridge.mx import _mosaic_cols
+    from xlabridge.mx._mosaic import cols as _mosaic_cols
 
     for fn in (_mosaic_cols.to_mxfp8_cols, _mosaic_cols.to_mxfp8_both):
         result = compiler.compile_jax(functools.partial(fn, block_size=32, rounding="rceil"),
@@ -324,7 +324,7 @@ def test_float32_and_leading_dims_compile(compiler, dtype):
 
 @pytest.fixture
 def tpu_lowering():
-    from xlabridge import _lowering
+    from xlabridge.tpu import _lowering
 
     with _lowering.override_lowering(_lowering.LoweringTarget.TPU, generation="v5e"):
         yield

@@ -63,7 +63,7 @@ def _assert_exact(result, x: torch.Tensor, rounding: str, block_size: int = 32) 
 
 
 def _cast(x: torch.Tensor, rounding: str, block_size: int = 32, **kwargs):
-    from xlabridge.mx import _mosaic
+    from xlabridge.mx._mosaic import rows as _mosaic
 
     return _mosaic.to_mxfp8(_jax_input(x), block_size, rounding, interpret=True, **kwargs)
 
@@ -107,7 +107,7 @@ def test_partial_tiles_with_nan_filled_padding(shape, tiles):
     uninitialised VMEM) with NaN, so garbage that leaked into a real block would show."""
     from jax.experimental.pallas import tpu as pltpu
 
-    from xlabridge.mx import _mosaic
+    from xlabridge.mx._mosaic import rows as _mosaic
 
     x = make_input(shape, torch.bfloat16, seed=52)
     params = pltpu.InterpretParams(out_of_bounds_reads="uninitialized_value", uninitialized_memory="nan")
@@ -133,7 +133,7 @@ def test_property(seed, dtype, rounding, special):
 def test_bad_arguments():
     import jax.numpy as jnp
 
-    from xlabridge.mx import _mosaic
+    from xlabridge.mx._mosaic import rows as _mosaic
 
     with pytest.raises(ValueError, match="block_size must be one of"):
         _mosaic.to_mxfp8(jnp.zeros((4, 96)), 48)
@@ -155,7 +155,7 @@ def test_tiles_follow_mosaic_rules_and_vmem(shape, itemsize, vmem):
     """Mosaic's block rule (each of the two minor tile dimensions a multiple of the register tile
     or the whole dimension; the scale tile's lanes likewise), whole 128-row chunks, and an input
     tile within an eighth of the chip's VMEM."""
-    from xlabridge.mx import _mosaic
+    from xlabridge.mx._mosaic import rows as _mosaic
 
     L, R, Kd = shape
     t = _mosaic.choose_tiles(shape, itemsize, 32, vmem)
@@ -194,7 +194,7 @@ def test_one_kernel_on_every_generation(compiler, generation, size_mb):
     import jax.numpy as jnp
 
     from xlabridge import tpu
-    from xlabridge.mx import _mosaic
+    from xlabridge.mx._mosaic import rows as _mosaic
 
     rows = size_mb * MB // 2 // K
     fn = functools.partial(_mosaic.to_mxfp8, block_size=32, rounding="floor", vmem_bytes=tpu.CHIPS[generation].vmem_bytes)
@@ -213,7 +213,7 @@ def test_one_kernel_on_every_generation(compiler, generation, size_mb):
 def test_every_dtype_and_rounding_compiles(compiler, dtype, rounding):
     import jax
 
-    from xlabridge.mx import _mosaic
+    from xlabridge.mx._mosaic import rows as _mosaic
 
     fn = functools.partial(_mosaic.to_mxfp8, block_size=32, rounding=rounding)
     result = compiler.compile_jax(fn, jax.ShapeDtypeStruct((2, 256, 4096), dtype))
@@ -225,7 +225,7 @@ def test_every_dtype_and_rounding_compiles(compiler, dtype, rounding):
 
 @pytest.fixture
 def tpu_lowering():
-    from xlabridge import _lowering
+    from xlabridge.tpu import _lowering
 
     with _lowering.override_lowering(_lowering.LoweringTarget.TPU, generation="v5e"):
         yield
@@ -266,7 +266,7 @@ def test_float16_on_tpu_takes_the_kernel_and_says_so(xla_device, tpu_lowering):
     own: 2 kernels, not the XLA computation's 10), with a ``MosaicRelayoutWarning`` that says so."""
     from xlabridge import mx
     from xlabridge.errors import MosaicRelayoutWarning
-    from xlabridge.mx import _tpu
+    from xlabridge.mx._mosaic import lowering as _tpu
 
     _tpu._warn_relayouts.cache_clear()
     x = make_input((8, 64), torch.float16, seed=53)

@@ -49,7 +49,7 @@ def test_interpret_is_exact(shape, block_size, dtype):
     import jax
     import jax.numpy as jnp
 
-    from xlabridge.mx import _mosaic_dequant
+    from xlabridge.mx._mosaic import dequant as _mosaic_dequant
 
     data, scale = _encoded(shape, seed=90, block_size=block_size)
     out = _mosaic_dequant.from_mxfp8(jax.lax.bitcast_convert_type(jnp.asarray(data), jnp.float8_e4m3fn),
@@ -65,7 +65,7 @@ def test_interpret_is_exact(shape, block_size, dtype):
 def test_unsupported_arguments():
     import jax.numpy as jnp
 
-    from xlabridge.mx import _mosaic_dequant
+    from xlabridge.mx._mosaic import dequant as _mosaic_dequant
 
     with pytest.raises(ValueError, match="dtype in"):
         _mosaic_dequant.from_mxfp8(jnp.zeros((8, 128), jnp.float8_e4m3fn), jnp.zeros((8, 4), jnp.uint8), 32, "float16")
@@ -87,7 +87,7 @@ def test_one_kernel_at_ideal_bytes(compiler, generation, size_mb):
     import jax.numpy as jnp
 
     from xlabridge import tpu
-    from xlabridge.mx import _mosaic_dequant
+    from xlabridge.mx._mosaic import dequant as _mosaic_dequant
 
     rows = size_mb * MB // K
     fn = functools.partial(_mosaic_dequant.from_mxfp8, block_size=32, dtype="bfloat16",
@@ -103,7 +103,7 @@ def test_one_kernel_at_ideal_bytes(compiler, generation, size_mb):
 
 @pytest.fixture
 def tpu_lowering():
-    from xlabridge import _lowering
+    from xlabridge.tpu import _lowering
 
     with _lowering.override_lowering(_lowering.LoweringTarget.TPU, generation="v5e"):
         yield

@@ -97,8 +97,9 @@ def test_sweep_covers_what_the_issue_asks():
 def test_one_kernel_or_a_warning(xla_device, compiler, shape, generation, dtype, rounding):
     """One ``tpu_custom_call`` and nothing else, its buffers the input and the two outputs only;
     or else the warning, whose kernel count is libtpu's."""
-    from xlabridge import _lowering, mx
-    from xlabridge.mx import _tpu
+    from xlabridge.tpu import _lowering
+    from xlabridge import mx
+    from xlabridge.mx._mosaic import lowering as _tpu
 
     _tpu._warn_relayouts.cache_clear()  # once per shape and process: forget other tests' warnings
     x = torch.randn(shape).to(dtype).to(xla_device)
@@ -139,10 +140,10 @@ def test_one_kernel_or_a_warning(xla_device, compiler, shape, generation, dtype,
 
 def _padded_bytes(shape: tuple[int, ...], itemsize: int) -> int:
     """Bytes of an array of ``shape`` in its default layout's two minor dimensions
-    (``xlabridge.tpu.layout``, checked against libtpu in tests/tpu/test_layout.py), rounded up to
+    (``xlabridge.tpu._layout``, checked against libtpu in tests/tpu/test_layout.py), rounded up to
     the largest tiles XLA:TPU uses: 128 lanes by 32 / itemsize * 4 rows (v6e tiles 8-bit arrays
     by 32 rows), 1024 elements for one dimension."""
-    from xlabridge.tpu.layout import default_minor_to_major
+    from xlabridge.tpu._layout import default_minor_to_major
 
     if len(shape) == 1:
         return -(-shape[0] // 1024) * 1024 * itemsize
@@ -154,8 +155,9 @@ def _padded_bytes(shape: tuple[int, ...], itemsize: int) -> int:
 
 @requires_xla
 def test_warns_once_per_shape(xla_device):
-    from xlabridge import _lowering, mx
-    from xlabridge.mx import _tpu
+    from xlabridge.tpu import _lowering
+    from xlabridge import mx
+    from xlabridge.mx._mosaic import lowering as _tpu
 
     _tpu._warn_relayouts.cache_clear()
     x = torch.randn(5, 7, 11, 32).to(xla_device)
@@ -177,7 +179,7 @@ def test_warns_once_per_shape(xla_device):
 def test_every_storage_variant_is_exact(dtype, stored):
     """Input, data and scale each row-major or rows-minor, on a shape with a partial lane chunk
     (K = 96) and a partial row strip (R = 40)."""
-    from xlabridge.mx import _mosaic
+    from xlabridge.mx._mosaic import rows as _mosaic
 
     x = make_input((3, 40, 96), dtype, seed=60)
     result = _mosaic.to_mxfp8(_jax_input(x), 32, "rceil", interpret=True, rows_minor=_mosaic.RowsMinor(*stored))
@@ -187,7 +189,7 @@ def test_every_storage_variant_is_exact(dtype, stored):
 @pytest.mark.parametrize("rounding", ROUNDINGS)
 def test_every_float16_bit_pattern(rounding):
     """All 65536 float16 bit patterns (subnormals, infinities, NaNs) through the kernel's widening."""
-    from xlabridge.mx import _mosaic
+    from xlabridge.mx._mosaic import rows as _mosaic
 
     bits = np.arange(1 << 16, dtype=np.uint16).reshape(512, 128)
     x = torch.from_numpy(bits.view(np.float16))
@@ -201,7 +203,7 @@ def test_every_float16_bit_pattern(rounding):
 def test_planned_views_are_exact(shape, dtype):
     """The plan's views: dimensions reordered ((1000, 3, 32): R is the first, stored rows-minor;
     (5, 7, 11, 32): R is the second of four) and put back, bit for bit in interpret mode."""
-    from xlabridge.mx import _mosaic
+    from xlabridge.mx._mosaic import rows as _mosaic
 
     p = _mosaic.plan(shape, torch.finfo(dtype).bits // 8)
     assert p.order != tuple(range(len(shape))) or p.rows_minor != _mosaic.RowsMinor(), p

@@ -5,7 +5,7 @@ serialized ``HloProto``/``HloModuleProto`` XLA dumps beside it: instructions by 
 from ``ShapeProto`` (element type enum and dimensions), device groups from ``ReplicaGroup``
 lists or the ``IotaReplicaGroupListProto``, trip counts from the while loop's backend config
 JSON. Field numbers are those of XLA's ``hlo.proto`` and ``xla_data.proto``. It applies the
-rules ``xlabridge.pod.collectives`` documents (an async pair counts once; bytes: an
+rules ``xlabridge.pod._collectives`` documents (an async pair counts once; bytes: an
 all-gather's result, a reduce-scatter's operands, the others' result; executions multiplied by
 known trip counts), so each test compares two readings of one compiled module.
 """

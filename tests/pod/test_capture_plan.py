@@ -17,7 +17,7 @@ import pytest
 
 from xlabridge import _env
 from xlabridge.pod import DEFAULT, plan_capture, read_capture, read_dump
-from xlabridge.pod.dump import snapshot
+from xlabridge.pod._dump import snapshot
 
 _VARIABLES = (_env.XLA_FLAGS, _env.POD_SET, _env.PT_XLA_DEBUG_FILE, _env.PT_XLA_DEBUG_LEVEL, _env.PT_XLA_DEBUG_MAX_FRAME,
               _env.XLA_HLO_DEBUG, _env.WORLD_SIZE, _env.RANK)
@@ -166,7 +166,7 @@ def test_only_the_files_of_this_run_are_read(environ, tmp_path):
 
 
 def test_processes_sharing_a_dump_are_found(environ, tmp_path):
-    from xlabridge.diagnostics import _pod
+    from xlabridge.diagnostics._observe import pod as _pod
 
     environ({_env.XLA_FLAGS: f"--xla_dump_to={tmp_path / 'mine'}"})
     report = tmp_path / "report"
@@ -188,7 +188,7 @@ def test_a_helper_process_gets_the_users_environment_back(environ, tmp_path):
     Before it, the self-test's child dumped its own ``module_0000`` into the run's dump directory."""
     import os
 
-    from xlabridge.pod.capture import without_capture
+    from xlabridge.pod._capture import without_capture
 
     environ({_env.XLA_FLAGS: "--xla_cpu_use_thunk_runtime=false", _env.PT_XLA_DEBUG_MAX_FRAME: "64"})
     plan = plan_capture(tmp_path / "pod-1")

@@ -19,7 +19,7 @@ import pytest
 
 from xlabridge import _optional
 from xlabridge.pod import GraphCause, GraphRun, capture_environment, read_capture
-from xlabridge.pod.divergence import ProcessRun, find_divergences
+from xlabridge.pod._divergence import ProcessRun, find_divergences
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS, DIVERGE_AT, WORLD = 3, 1, 3

@@ -151,7 +151,7 @@ def test_probe_that_stops_seeing_is_reported(monkeypatch):
     """If TorchTPU stopped calling ``TpuBackend._compile_graph_module`` (the seam the probe wraps),
     the graphs Dynamo handed to ``backend="tpu"`` would reach no observed compiler: the report says
     the probe is silent instead of showing no graphs."""
-    from xlabridge.diagnostics._probes import torchtpu as probe
+    from xlabridge.diagnostics._observe.probes import torchtpu as probe
 
     monkeypatch.setattr(probe, "_wrap_compile_graph_module", lambda original: original)
     torch._dynamo.reset()
@@ -190,8 +190,8 @@ def test_selftest_fires_the_probe_and_fails_without_it(monkeypatch):
     """The probe self-test's program (run in a child process at the start of an observation) sees
     TorchTPU's forward and backward graphs, partitions and calls; with the seam gone it says what is
     missing, and the report would mark the probe silent."""
-    from xlabridge.diagnostics._probes import selftest_child
-    from xlabridge.diagnostics._probes import torchtpu as probe
+    from xlabridge.diagnostics._observe.probes import selftest_child
+    from xlabridge.diagnostics._observe.probes import torchtpu as probe
 
     torch._dynamo.reset()
     assert selftest_child._program()["torchtpu.compiler"] == ""
@@ -204,8 +204,8 @@ def test_selftest_fires_the_probe_and_fails_without_it(monkeypatch):
 def test_a_failure_in_the_probe_warns_and_the_model_runs(monkeypatch):
     """A bug (or an upstream change) inside the probe's bookkeeping: one DiagnosticsWarning, the
     probe marked failed in the report, and the program's results those of a run without diagnostics."""
-    from xlabridge.diagnostics._probes import torchtpu as probe
-    from xlabridge.diagnostics._probes import torchtpu_seam
+    from xlabridge.diagnostics._observe.probes import torchtpu as probe
+    from xlabridge.diagnostics._observe.probes import torchtpu_seam
     from xlabridge.errors import DiagnosticsWarning
 
     def broken(inputs):

@@ -1,4 +1,4 @@
-"""``xlabridge.tpu.layout`` against libtpu: the default layout it predicts is the one XLA:TPU
+"""``xlabridge.tpu._layout`` against libtpu: the default layout it predicts is the one XLA:TPU
 gives an entry result, compiled for each generation (compiled for TPU, not run)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.tpu.conftest import requires_tpu_compiler
-from xlabridge.tpu.layout import default_minor_to_major, tile_rows
+from xlabridge.tpu._layout import default_minor_to_major, tile_rows
 
 GENERATIONS = ("v4", "v5e", "v5p", "v6e")
 _SIZES = (1, 2, 3, 4, 5, 8, 9, 17, 31, 32, 33, 64, 96, 100, 127, 128, 129, 250, 256, 1000, 4099)

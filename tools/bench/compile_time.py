@@ -54,7 +54,7 @@ def _worker(model_name: str, backend: str, cache_dir: str | None, dump_dir: str 
 
     import xlabridge
     from tests import models
-    from xlabridge import cache
+    from xlabridge.backend import cache
 
     device = torch_xla.device()
     model, inputs = models.build(model_name, device)

@@ -114,8 +114,8 @@ def paired_worker(model_name: str, steps: int, *, observe: bool = True) -> dict:
 def _bookkeeping_us_per_call(calls: int = 20000) -> float:
     """What the xla.helper probe adds to a steady compiled-graph call (past the fully measured
     ones: a clock, the compilation counter, a sum), timed around a graph that does nothing."""
-    from xlabridge.diagnostics import _recorder
-    from xlabridge.diagnostics._probes import xla_helper
+    from xlabridge.diagnostics._observe import recorder as _recorder
+    from xlabridge.diagnostics._observe.probes import xla_helper
 
     def nothing(*args):
         return None

@@ -76,7 +76,7 @@ def torch_side(args) -> dict:
     import triton
 
     from xlabridge import mx
-    from xlabridge.mx import _triton
+    from xlabridge.mx._triton import rows as _triton
 
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -204,7 +204,7 @@ def cols_side(gpu_time, kernels_of) -> dict:
     import torch
 
     from xlabridge import mx
-    from xlabridge.mx import _triton_cols
+    from xlabridge.mx._triton import cols as _triton_cols
 
     dev = torch.device("cuda")
     out: dict = {}

@@ -42,7 +42,8 @@ VARIANTS = ("two_pass", "recompute", "mosaic")
 
 def cast_fn(variant: str, generation: str):
     """The function compiled for ``variant`` (module-level functions: the worker imports them)."""
-    from xlabridge.mx import _jax, _mosaic
+    from xlabridge.mx import _jax
+    from xlabridge.mx._mosaic import rows as _mosaic
     from xlabridge.tpu import CHIPS
 
     if variant == "mosaic":
@@ -117,7 +118,7 @@ def static_schedule(generations, size_mb: int = 256) -> dict:
     import jax.numpy as jnp
 
     from xlabridge import tpu
-    from xlabridge.mx import _mosaic
+    from xlabridge.mx._mosaic import rows as _mosaic
 
     out = {}
     shape = (size_mb * MB // 2 // K, K)

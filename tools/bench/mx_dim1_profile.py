@@ -11,7 +11,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.getcwd())
-from xlabridge.mx import _triton_cols  # noqa: E402
+from xlabridge.mx._triton import cols as _triton_cols  # noqa: E402
 
 x = torch.empty(1, 16384, 8192, device="cuda", dtype=torch.bfloat16).normal_()
 dst = torch.empty_like(x)

@@ -28,7 +28,7 @@ sys.path.insert(0, os.getcwd())
 from tests.mx._cases import make_input  # noqa: E402
 from tools.bench.mx_cast import gpu_time  # noqa: E402  (CUDA-graph replays, timed as the official benchmark times)
 from xlabridge import mx  # noqa: E402
-from xlabridge.mx import _triton_cols  # noqa: E402
+from xlabridge.mx._triton import cols as _triton_cols  # noqa: E402
 
 MB = 2**20
 

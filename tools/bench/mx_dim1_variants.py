@@ -19,7 +19,7 @@ import triton.language as tl
 
 sys.path.insert(0, os.getcwd())
 from xlabridge import mx
-from xlabridge.mx._triton_cols_kernel import _codes, _scaled
+from xlabridge.mx._triton.cols_kernel import _codes, _scaled
 
 
 @triton.jit

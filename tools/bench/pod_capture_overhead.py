@@ -1,4 +1,4 @@
-"""What each way of capturing a sharded run costs per training step (``xlabridge.pod.capture``).
+"""What each way of capturing a sharded run costs per training step (``xlabridge.pod._capture``).
 
 torch_xla's and XLA's debug switches are read once, when the process starts, so each
 configuration runs in fresh processes: a lazily traced training loop of a tensor-parallel MLP

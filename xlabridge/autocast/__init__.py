@@ -38,7 +38,8 @@ def install() -> None:
     import warnings
 
     from xlabridge import _optional
-    from xlabridge.autocast import _hook, _registration
+    from xlabridge._upstream import imports as _hook
+    from xlabridge.autocast import _registration
 
     try:
         if _registration.torch_xla_loaded():

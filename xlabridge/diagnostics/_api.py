@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from xlabridge.diagnostics import _recorder, _session, _tpu_pass
+from xlabridge.diagnostics._observe import recorder as _recorder, session as _session, tpu_pass as _tpu_pass
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._build import build_report
-from xlabridge.diagnostics._probes import dynamo_graphs, torchtpu
+from xlabridge.diagnostics._build.report import build_report
+from xlabridge.diagnostics._observe.probes import dynamo_graphs, torchtpu
 from xlabridge.diagnostics.report import Report
 
 

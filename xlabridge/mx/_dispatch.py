@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import torch
 
-from xlabridge.mx import _checks, _torch_ops
+from xlabridge.mx import _checks, _eager as _torch_ops
 
 
 def _route_cast(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
     if x.device.type == "xla":
-        from xlabridge.mx import _tpu, _xla
+        from xlabridge.mx._mosaic import lowering as _tpu
+        from xlabridge.mx import _xla
 
         if _tpu.takes(x, block_size):
             return _tpu.to_mxfp8(x, block_size, rounding)
 
         return _xla.to_mxfp8(x, block_size, rounding)
     if x.device.type == "cuda":
-        from xlabridge.mx import _triton
+        from xlabridge.mx._triton import rows as _triton
 
         if _triton.supports(block_size):
             return _triton.to_mxfp8(x, block_size, rounding)
@@ -47,7 +48,8 @@ def _(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, to
 def mxfp8_dequantize(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
     """``data * 2**(scale - 127)`` per block, in ``dtype``; NaN where the scale byte is 0xFF."""
     if data.device.type == "xla":
-        from xlabridge.mx import _tpu_cols, _xla
+        from xlabridge.mx._mosaic import lowering_cols as _tpu_cols
+        from xlabridge.mx import _xla
 
         if _tpu_cols.dequantize_takes(data, block_size, dtype):
             return _tpu_cols.from_mxfp8(data, scale, block_size, dtype)
@@ -62,13 +64,14 @@ def _(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dty
 
 def _route_cast_dim(x: torch.Tensor, block_size: int, rounding: str, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     if x.device.type == "xla":
-        from xlabridge.mx import _tpu, _tpu_cols, _xla
+        from xlabridge.mx._mosaic import lowering as _tpu, lowering_cols as _tpu_cols
+        from xlabridge.mx import _xla
 
         if _tpu.takes(x, block_size) and _tpu_cols.takes(x, block_size, dim):
             return _tpu_cols.to_mxfp8_dim(x, block_size, rounding, dim)
         return _xla.to_mxfp8_dim(x, block_size, rounding, dim)
     if x.device.type == "cuda":
-        from xlabridge.mx import _triton, _triton_cols
+        from xlabridge.mx._triton import rows as _triton, cols as _triton_cols
 
         if _triton.supports(block_size):
             return _triton_cols.to_mxfp8_dim(x, block_size, rounding, dim)
@@ -92,13 +95,14 @@ def _(x: torch.Tensor, block_size: int, rounding: str, dim: int) -> tuple[torch.
 
 def _route_cast_both(x: torch.Tensor, block_size: int, rounding: str):
     if x.device.type == "xla":
-        from xlabridge.mx import _tpu, _tpu_cols, _xla
+        from xlabridge.mx._mosaic import lowering as _tpu, lowering_cols as _tpu_cols
+        from xlabridge.mx import _xla
 
         if _tpu.takes(x, block_size) and _tpu_cols.takes(x, block_size, x.dim() - 2, both=True):
             return _tpu_cols.to_mxfp8_both(x, block_size, rounding)
         return _xla.to_mxfp8_both(x, block_size, rounding)
     if x.device.type == "cuda":
-        from xlabridge.mx import _triton, _triton_cols
+        from xlabridge.mx._triton import rows as _triton, cols as _triton_cols
 
         if _triton.supports(block_size):
             return _triton_cols.to_mxfp8_both(x, block_size, rounding)

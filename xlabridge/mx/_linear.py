@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from xlabridge import _lowering
+from xlabridge.tpu import _lowering
 from xlabridge.mx import _api as mx
 from xlabridge.mx import _constants as C
 
@@ -50,7 +50,7 @@ class _MXLinearFunction(torch.autograd.Function):
         ctx.save_for_backward(x_cols.data, x_cols.scale, w_cols.data, w_cols.scale)
         ctx.meta = (block_size, rounding, x.shape, x.dtype, weight.dtype, bias is not None)
         # autograd runs an XLA device's backward on a thread of its own, where the context
-        # variable of xlabridge._lowering.override_lowering (compile-only TPU tracing) is unset
+        # variable of xlabridge.tpu._lowering.override_lowering (compile-only TPU tracing) is unset
         ctx.lowering = _lowering._override.get()
         return y.reshape(*x.shape[:-1], weight.shape[0])
 

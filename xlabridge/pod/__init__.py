@@ -20,16 +20,38 @@ into events and report sections:
   (``xlabridge.tpu``): HBM per chip and whether it fits, kernels, cost, TPU collectives.
 """
 
-from xlabridge.pod.capture import DEFAULT, Capture, CapturePlan, CaptureWay, capture_environment, plan_capture, read_capture
-from xlabridge.pod.causes import COLLECTIVE_CAUSES, CollectiveCause, classify
-from xlabridge.pod.collectives import Collective, CollectiveKind, CollectiveTotals, SourceLine, find_collectives, totals
-from xlabridge.pod.divergence import Divergence, GraphSources, ProcessRun, SourceDifference, UnevenCompile, find_divergences
-from xlabridge.pod.dump import CompiledModule, read_dump
-from xlabridge.pod.frames import Frame, innermost
-from xlabridge.pod.graph import Parameter, PartitionedGraph, analyze
-from xlabridge.pod.lazy import GraphCause, GraphRun, LazyGraph, LazyTrace, read_lazy_trace
-from xlabridge.pod.partition import partition_hlo
-from xlabridge.pod.tpu_view import PodGraph, compile_for_pod
+from xlabridge.pod._capture import (
+    DEFAULT,
+    Capture,
+    CapturePlan,
+    CaptureWay,
+    capture_environment,
+    plan_capture,
+    read_capture,
+)
+from xlabridge.pod._causes import COLLECTIVE_CAUSES, CollectiveCause, classify
+from xlabridge.pod._collectives import (
+    Collective,
+    CollectiveKind,
+    CollectiveTotals,
+    SourceLine,
+    find_collectives,
+    totals,
+)
+from xlabridge.pod._divergence import (
+    Divergence,
+    GraphSources,
+    ProcessRun,
+    SourceDifference,
+    UnevenCompile,
+    find_divergences,
+)
+from xlabridge.pod._dump import CompiledModule, read_dump
+from xlabridge.pod._frames import Frame, innermost
+from xlabridge.pod._graph import Parameter, PartitionedGraph, analyze
+from xlabridge.pod._lazy import GraphCause, GraphRun, LazyGraph, LazyTrace, read_lazy_trace
+from xlabridge.pod._partition import partition_hlo
+from xlabridge.pod._tpu_view import PodGraph, compile_for_pod
 
 __all__ = [
     "COLLECTIVE_CAUSES",

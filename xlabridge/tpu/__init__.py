@@ -27,8 +27,8 @@ an error: its result has ``fits == False`` and XLA's message in ``out_of_memory`
 """
 
 from xlabridge.errors import TpuCompileError, TpuWorkerError, UnknownTopologyError
-from xlabridge.tpu.chips import CHIPS, ChipFacts, chip_facts
-from xlabridge.tpu.compiler import (
+from xlabridge.tpu._chips import CHIPS, ChipFacts, chip_facts
+from xlabridge.tpu._compiler import (
     DEFAULT_TARGET,
     TpuCompiler,
     check_dependencies,
@@ -37,8 +37,8 @@ from xlabridge.tpu.compiler import (
     compile_stablehlo,
     compile_tensors,
 )
-from xlabridge.tpu.result import HbmUsage, TpuCompileResult
-from xlabridge.tpu.topology import KNOWN_TOPOLOGIES, Topology, resolve_target
+from xlabridge.tpu._result import HbmUsage, TpuCompileResult
+from xlabridge.tpu._topology import KNOWN_TOPOLOGIES, Topology, resolve_target
 
 __all__ = [
     "CHIPS",

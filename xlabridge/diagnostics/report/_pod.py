@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from xlabridge._fields import field as _field
+from xlabridge.diagnostics._fields import field as _field
 from xlabridge.diagnostics.report._rows import UNKNOWN_NAME
 
 
@@ -43,7 +43,7 @@ class CollectiveGroup:
     module_id: int = _field("its number in the process's XLA dump (``pod-<pid>/xla_dump/module_NNNN.*``)")
     kind: str = _field("``all-gather``, ``all-reduce``, ``reduce-scatter``, ``all-to-all``, ``collective-permute``...")
     count: int = _field("collectives per run of the graph (loop trip counts applied)")
-    bytes: int = _field("bytes per run, per device: the whole tensor each works on (``xlabridge.pod.collectives``)")
+    bytes: int = _field("bytes per run, per device: the whole tensor each works on (``xlabridge.pod._collectives``)")
     replica_groups: list[list[int]] = _field("device groups of the first (empty: all devices)", factory=list)
     category: str = _field("the matching row of ``xlabridge.pod.COLLECTIVE_CAUSES``", "other")
     avoidable: bool = _field("whether that cause is usually avoidable", False)

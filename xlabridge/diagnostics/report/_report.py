@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from xlabridge._fields import field as _field
+from xlabridge.diagnostics._fields import field as _field
 from xlabridge.diagnostics.report._pod import CollectiveGroup, ProcessDivergence, RunGraph, UnevenCompile
 from xlabridge.diagnostics.report._rows import (
     DynamoBreak,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from xlabridge._fields import field as _field
+from xlabridge.diagnostics._fields import field as _field
 
 UNKNOWN_NAME = "<unknown>"
 """The file and function of a place no frame names (line 0)."""

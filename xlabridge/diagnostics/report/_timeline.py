@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from xlabridge._fields import field as _field
+from xlabridge.diagnostics._fields import field as _field
 
 
 class SpanKind(str, enum.Enum):

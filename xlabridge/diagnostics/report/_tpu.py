@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from xlabridge._fields import field as _field
+from xlabridge.diagnostics._fields import field as _field
 from xlabridge.diagnostics.report._rows import UNKNOWN_NAME
 
 
@@ -37,7 +37,7 @@ class TpuGraph:
     flops: float | None = _field("XLA cost analysis: floating-point operations per run, per device", None)
     bytes_accessed: float | None = _field("XLA cost analysis: bytes read and written per run, per device", None)
     cost_model_seconds: float | None = _field(
-        "XLA's cost-model estimate (``optimal_seconds``; see ``xlabridge.tpu.result.COST_MODEL_NOTE``)", None)
+        "XLA's cost-model estimate (``optimal_seconds``; see ``xlabridge.tpu._result.COST_MODEL_NOTE``)", None)
     hbm_seconds: float | None = _field("``bytes_accessed`` at the chip's HBM bandwidth: a floor, not a prediction", None)
     devices: int | None = _field("devices of the compiled program", None)
     chips: int | None = _field("chips they sit on", None)

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xlabridge.diagnostics.views import html, text, trace
+from xlabridge.diagnostics.views import _html as html, _text as text, _trace as trace
 
 if TYPE_CHECKING:
     from xlabridge.diagnostics.report import Report

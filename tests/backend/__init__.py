@@ -1,0 +1,1 @@
+"""Tests of the torch.compile backend: placement, compile path, options, cache."""

@@ -1,0 +1,1 @@
+"""Tests of kernel counts of functions (xlabridge.hlo)."""

@@ -1,0 +1,1 @@
+"""Tests of the upstream wrappers and the import hook (xlabridge._upstream)."""

@@ -1,0 +1,293 @@
+"""Building a report from events: the only way a ``Report`` is made.
+
+``build_report(events)`` takes the events of one ``diagnose()`` block, or of every process of an
+``xlabridge report`` run (process ids kept apart). Causes, suggestions and which frame is the
+user's are decided here, from the raw facts in the events, so a newer xlabridge re-reads an
+older log with its newer knowledge. The TPU view's rows are joined in by ``_build_tpu`` and the
+pod rows by ``_pod_report``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from xlabridge.diagnostics._build import (
+    tpu as _build_tpu,
+    findings as _findings,
+    pod as _pod_report,
+    timeline as _timeline,
+    timesplit as _timesplit,
+    causes,
+)
+from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._frames import UNKNOWN, UserCodeRule
+from xlabridge.diagnostics.report import (
+    DynamoBreak,
+    DynamoGraph,
+    Finding,
+    HloBreak,
+    ProbeReport,
+    Recompile,
+    RecompileGroup,
+    Report,
+    Segment,
+    XlaGraph,
+)
+
+__all__ = ["build_report"]
+
+
+def build_report(events: Iterable[ev.Event]) -> Report:
+    """The report of ``events`` (one process's or several's, in any interleaving)."""
+    by_pid: dict[int, list[ev.Event]] = defaultdict(list)
+    tpu_events: list[ev.Event] = []
+    for event in events:
+        # TPU compiles are made after the run, by whichever process compiled them: not a
+        # process of the run.
+        (tpu_events if isinstance(event, (ev.TpuCompiled, ev.TpuPass)) else by_pid[event.pid]).append(event)
+    report = Report()
+    builders = []
+    for pid, process_events in by_pid.items():
+        builder = _ProcessBuilder(report, pid, process_events)
+        builder.build()
+        builders.append(builder)
+    report.recompile_groups = _group_recompiles(report.recompiles)
+    if tpu_events:
+        _build_tpu.add_tpu_view(report, [(b.events, b.rule) for b in builders], tpu_events)
+    _pod_report.add_divergences(report, [(b.pid, b.events, b.rule) for b in builders])
+    _findings.rank(report)
+    return report
+
+
+class _ProcessBuilder:
+    """Adds one process's events to a report."""
+
+    def __init__(self, report: Report, pid: int, events: list[ev.Event]) -> None:
+        self.report, self.pid, self.events = report, pid, events
+        start = next((e for e in events if isinstance(e, ev.ProcessStart)), None)
+        end = next((e for e in reversed(events) if isinstance(e, ev.ProcessEnd)), None)
+        self.start = start
+        program = (end.main_file if end else None) or (start.main_file if start else None)
+        self.rule = UserCodeRule.of(start.framework_paths, program) if start else UserCodeRule(())
+
+    def of(self, kind: type[ev.Event]) -> list:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def build(self) -> None:
+        self._environment()
+        self._probes()
+        split = _timesplit.split(self.events)
+        if split is not None:
+            self.report.time.append(split)
+        self._dynamo()
+        self._recompiles()
+        self._xla_graphs()
+        index = {g.graph: g.index for g in self.report.xla_graphs if g.pid == self.pid}
+        self.report.timeline += _timeline.spans(self.events, index)
+        _pod_report.add_run_graphs(self.report, self.pid, self.events, self.rule)
+
+    def _where(self, frames: Sequence[ev.Frame]) -> dict[str, Any]:
+        frame = self.rule.innermost(frames)
+        return {"filename": frame.filename, "lineno": frame.lineno, "function": frame.function}
+
+    def _environment(self) -> None:
+        end = next((e for e in reversed(self.events) if isinstance(e, ev.ProcessEnd)), None)
+        environment = (end.environment if end and end.environment else None) or (self.start.environment if self.start else {})
+        if not self.report.environment:
+            self.report.environment = dict(environment)
+        first = self.events[0]
+        self.report.processes.append({
+            "pid": self.pid, "rank": first.rank, "world": first.world,
+            "wall_seconds": (end.t - end.start) if end else None,
+        })
+        cache = environment.get("compilation_cache") or {}
+        if cache.get("state") not in (None, "off", "enabled"):
+            self.report.findings.append(Finding(
+                "cache", f"persistent cache at {cache.get('directory')}: {cache.get('state')}: {cache.get('reason')}"
+            ))
+
+    def _probes(self) -> None:
+        statuses = self.of(ev.ProbeStatus)
+        for status in statuses:
+            if status.state == ev.ProbeState.FAILED and status.reason not in self.report.warnings:
+                self.report.warnings.append(status.reason)
+        order = {ev.ProbeState.OK: 0, ev.ProbeState.FAILED: 1, ev.ProbeState.SILENT: 2, ev.ProbeState.UNAVAILABLE: 3}
+        worst: dict[str, ev.ProbeStatus] = {}
+        for status in statuses:
+            current = worst.get(status.probe)
+            if current is None or order[status.state] > order[current.state] or (
+                status.state == current.state and not current.surface
+            ):
+                worst[status.probe] = status if status.surface or current is None else dataclasses.replace(
+                    status, surface=current.surface, patch=current.patch, sees=current.sees)
+        known = {p.name: p for p in self.report.probes}
+        for name, status in worst.items():
+            entry = ProbeReport(name, status.state.value, status.reason if status.state != ev.ProbeState.FAILED
+                                else "", status.surface, status.patch, status.sees)
+            if name in known:
+                if order[ev.ProbeState(known[name].state)] >= order[status.state]:
+                    continue
+                self.report.probes.remove(known[name])
+            self.report.probes.append(entry)
+            if status.state in (ev.ProbeState.UNAVAILABLE, ev.ProbeState.SILENT):
+                message = f"probe {name} is {status.state.value}: {status.reason}; the report lacks {status.sees}"
+                if message not in self.report.warnings:
+                    self.report.warnings.append(message)
+                    self.report.findings.append(Finding("probe", message))
+
+    def _callers(self, compile_id: str) -> list[ev.Frame]:
+        """The stack that called into the compiled code of ``compile_id`` (its frame's callers)."""
+        return self.callers.get(compile_id.split("/")[0], [])
+
+    def _dynamo(self) -> None:
+        self.callers: dict[str, list[ev.Frame]] = {}
+        for compile_event in self.of(ev.DynamoCompile):
+            if compile_event.trigger == "dynamo" and compile_event.caller_frames:
+                self.callers.setdefault(compile_event.compile_id.split("/")[0], compile_event.caller_frames)
+        paths = {e.compile_id: e for e in self.of(ev.CompilePath)}
+        tracing: dict[str, float] = defaultdict(float)
+        for compile_event in self.of(ev.DynamoCompile):
+            if compile_event.trigger == "dynamo":
+                tracing[compile_event.compile_id] += compile_event.t - compile_event.start
+        breaks = {e.compile_id: e for e in self.of(ev.GraphBreak)}
+        for captured in self.of(ev.GraphCaptured):
+            path = paths.get(captured.compile_id)
+            self.report.dynamo_graphs.append(DynamoGraph(
+                compile_id=captured.compile_id, op_count=captured.op_count, backend=captured.backend,
+                path=path.path if path else "", path_reason=path.reason if path else "",
+                ends_in_break=captured.ends_in_break, tracing_seconds=tracing.get(captured.compile_id),
+                pid=self.pid, **self._where(self._callers(captured.compile_id) + captured.frames),
+            ))
+            graph_break = breaks.get(captured.compile_id)
+            if captured.ends_in_break and graph_break is not None:
+                cause = causes.classify_dynamo_break(graph_break.reason)
+                self.report.dynamo_breaks.append(DynamoBreak(
+                    reason=causes.first_line(graph_break.reason), category=cause.category,
+                    suggestion=cause.suggestion, detail=graph_break.reason.strip(),
+                    compile_id=captured.compile_id, pid=self.pid,
+                    **self._where(self._callers(captured.compile_id) + graph_break.frames),
+                ))
+
+    def _recompiles(self) -> None:
+        callers = {e.compile_id: e.caller_frames for e in self.of(ev.DynamoCompile) if e.trigger == "dynamo"}
+        for recompile in self.of(ev.Recompile):
+            code = recompile.code or UNKNOWN
+            where = self._where(callers.get(recompile.compile_id, self._callers(recompile.compile_id)) + [code])
+            if where["filename"] == UNKNOWN.filename:
+                where = {"filename": code.filename, "lineno": code.lineno, "function": code.function}
+            cause = causes.classify_recompile(recompile.reason)
+            reason = causes.first_line(recompile.reason)
+            if not causes.guard_text(recompile.reason).strip():
+                reason = f"{reason.rstrip(': ')}: no guard failed (compiled before for another backend)"
+            self.report.recompiles.append(Recompile(
+                reason=reason, guard=causes.failed_guard(recompile.reason), category=cause.category, suggestion=cause.suggestion, compile_id=recompile.compile_id,
+                code=f"{code.filename}:{code.lineno} ({code.function})", pid=self.pid, **where,
+            ))
+
+    def _xla_graphs(self) -> None:
+        partitions = {e.graph: e for e in self.of(ev.Partitioned)}
+        called: dict[int, list[ev.GraphCalled]] = defaultdict(list)
+        for call in self.of(ev.GraphCalled):
+            called[call.graph].append(call)
+        summed: dict[int, list[ev.GraphCalls]] = defaultdict(list)
+        for calls in self.of(ev.GraphCalls):
+            summed[calls.graph].append(calls)
+        compiles: dict[int, list[ev.XlaCompile]] = defaultdict(list)
+        for compile_event in self.of(ev.XlaCompile):
+            if compile_event.graph is not None:
+                compiles[compile_event.graph].append(compile_event)
+        seen: dict[int, list[ev.XlaGraphSeen]] = defaultdict(list)
+        for graph_seen in self.of(ev.XlaGraphSeen):
+            if graph_seen.graph is not None:
+                seen[graph_seen.graph].append(graph_seen)
+        dynamo_places = {g.compile_id: {"filename": g.filename, "lineno": g.lineno, "function": g.function}
+                         for g in self.report.dynamo_graphs if g.pid == self.pid}
+        for bridge in self.of(ev.BridgeGraph):
+            index = len(self.report.xla_graphs)
+            # forward and backward graphs of one frame share its compile id: a backward graph
+            # is placed at its forward's line
+            place = dynamo_places.get(bridge.compile_id) or self._where(self._callers(bridge.compile_id))
+            partition = partitions.get(bridge.graph)
+            segments = partition.segments if partition else []
+            measured = sorted(called.get(bridge.graph, []), key=lambda c: c.call)
+            later = summed.get(bridge.graph, [])
+            calls = len(measured) + sum(s.calls for s in later)
+            steady_measured = [c for c in measured if c.call > 1] or measured
+            steady_calls = len(steady_measured) + sum(s.calls for s in later)
+            steady_seconds = sum(c.t - c.start for c in steady_measured) + sum(s.seconds for s in later)
+            steady_cpu = sum(c.cpu_fallback_seconds for c in steady_measured) + sum(s.cpu_fallback_seconds for s in later)
+            last = measured[-1] if measured else None
+            graph_compiles = compiles.get(bridge.graph, [])
+            hashes = sorted(seen.get(bridge.graph, []), key=lambda s: s.segment)
+            self.report.xla_graphs.append(XlaGraph(
+                index=index, compile_id=bridge.compile_id, role=bridge.role, fx_ops=bridge.fx_ops,
+                xla_graphs=sum(s.kind in _PROGRAMS for s in segments), compiler=bridge.compiler,
+                buckets=list(bridge.buckets),
+                compiles=sum(c.count for c in graph_compiles),
+                compile_seconds=sum(c.seconds for c in graph_compiles),
+                extraction_seconds=(partition.t - partition.start) if partition else None,
+                executions_per_call=last.executions if last else 0,
+                transfers_per_call=(last.transfers_to_device + last.transfers_from_device) if last else 0,
+                bytes_per_call=(last.bytes_to_device + last.bytes_from_device) if last else 0,
+                seconds_per_call=steady_seconds / steady_calls if steady_calls else None,
+                cpu_fallback_seconds_per_call=steady_cpu / steady_calls if steady_calls else 0.0,
+                calls=calls,
+                segments=[Segment(s.kind.value, list(s.ops)) for s in segments],
+                hashes=[h.hash for h in hashes], hlo_files=[h.hlo_file for h in hashes],
+                graph=bridge.graph, pid=self.pid, **place,
+            ))
+            for segment in segments:
+                if segment.kind == ev.SegmentKind.XLA or segment.node is None:
+                    continue
+                node = segment.node
+                fell_back = bool(node.fallback_ops)
+                op = node.fallback_ops[0] if fell_back else node.op
+                cause = (causes.COLLECTIVE_SPLIT if segment.kind == ev.SegmentKind.COLLECTIVE
+                         else causes.classify_hlo_break(op, fell_back=fell_back))
+                self.report.hlo_breaks.append(HloBreak(
+                    op=op, category=cause.category, suggestion=cause.suggestion, graph=index, node=node.name,
+                    **self._where(self._callers(bridge.compile_id) + list(node.frames)),
+                ))
+        self._cpu_only_findings()
+        stood_in = [b.graph for b in self.of(ev.BridgeGraph) if b.stand_in]
+        if stood_in:
+            self.report.warnings.append(
+                f"no TPU in process {self.pid}: TorchTPU's programs ({len(stood_in)} graph(s)) ran on the CPU in their "
+                "place, as xlabridge's stand-in, so their execution times are the CPU's; their TPU view is "
+                "compiled for TPU (--tpu), not run")
+
+    def _cpu_only_findings(self) -> None:
+        """One finding per FX graph of Dynamo compiled for XLA with every tensor on the CPU."""
+        ours = [g for g in self.report.xla_graphs if g.pid == self.pid]
+        # TorchTPU's graphs run on CPU where there is no TPU (the stand-in, which the report states
+        # once): only torch_xla's CPU graphs are a misplaced model
+        cpu_only = {e.compile_id for e in self.of(ev.CompilePath) if e.cpu_only and e.target == "xla"}
+        cpu_only |= {b.compile_id for b in self.of(ev.BridgeGraph)
+                     if b.input_devices == ["cpu"] and b.compiler == "torch_xla"}
+        for compile_id in sorted(cpu_only):
+            graphs = [g.index for g in ours if g.compile_id == compile_id]
+            self.report.findings.append(Finding(
+                "cpu-only-graph",
+                f"the FX graph of compile id {compile_id} ran entirely on the CPU: its tensors are not on "
+                "the XLA device. Move the model and its inputs there (.to(torch_xla.device())); a graph "
+                "meant for the CPU compiles faster with backend='inductor'.",
+                graph=graphs[0] if graphs else None,
+            ))
+
+
+_PROGRAMS = (ev.SegmentKind.XLA, ev.SegmentKind.COLLECTIVE)
+"""Segments compiled as XLA programs (a TorchTPU collective is one of its own)."""
+
+
+def _group_recompiles(recompiles: Sequence[Recompile]) -> list[RecompileGroup]:
+    groups: dict[tuple[str, int, str], list[Recompile]] = {}
+    for recompile in recompiles:
+        groups.setdefault((recompile.filename, recompile.lineno, recompile.function), []).append(recompile)
+    return [
+        RecompileGroup(filename, lineno, function, len(items), items[0].reason, items[-1].reason, items[-1].category,
+                       guards=list(dict.fromkeys(r.guard for r in items if r.guard)))
+        for (filename, lineno, function), items in groups.items()
+    ]

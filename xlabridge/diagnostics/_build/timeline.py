@@ -1,0 +1,75 @@
+"""The timeline of one process: its events placed on its own clock, as the report's spans.
+
+Starts are seconds from the process's ``process_start``. What the time split counts is placed
+here: imports, Dynamo's compilations, the bridge's extractions, each call of a compiled graph
+(summed later calls too, one span each while ``xla_helper.TIMELINE_CALLS`` lasts), the CPU
+nodes of a call (at the call's start: the probe measures their total, not where they fell), XLA
+compilations (their events give the seconds and the moment they were seen, so each is drawn to
+end there), ``torch_xla.sync()`` calls outside the compiled graphs, and the executions of
+eager-mode ops that torch_xla kept a sample of.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._build.timesplit import Holes, merged
+from xlabridge.diagnostics.report import Span, SpanKind
+
+
+def spans(events: Sequence[ev.Event], graph_index: dict[int, int]) -> list[Span]:
+    """The spans of one process's ``events``; ``graph_index`` maps its bridge graph numbers to
+    the report's ``XlaGraph.index``."""
+    start = next((e for e in events if isinstance(e, ev.ProcessStart)), None)
+    if start is None:
+        return []
+    zero, pid = start.t, start.pid
+    out: list[Span] = []
+
+    def add(kind: SpanKind, begin: float, seconds: float, label: str, graph: int | None = None, calls: int = 1) -> None:
+        out.append(Span(pid=pid, kind=kind.value, start=begin - zero, seconds=max(seconds, 0.0), label=label,
+                        graph=graph, calls=calls))
+
+    compiled_code: list[tuple[float, float]] = []
+    for event in events:
+        if isinstance(event, ev.Imported):
+            add(SpanKind.IMPORT, event.start, event.t - event.start, event.module)
+        elif isinstance(event, ev.DynamoCompile):
+            add(SpanKind.TRACE, event.start, event.t - event.start, f"Dynamo {event.trigger} {event.compile_id}")
+            compiled_code.append((event.start, event.t))
+        elif isinstance(event, ev.Partitioned):
+            add(SpanKind.EXTRACT, event.start, event.t - event.start, f"extract FX graph {graph_index.get(event.graph)}",
+                graph_index.get(event.graph))
+            compiled_code.append((event.start, event.t))
+        elif isinstance(event, ev.XlaCompile) and event.seconds > 0:
+            graph = graph_index.get(event.graph) if event.graph is not None else None
+            what = f"FX graph {graph}" if graph is not None else "lazy graphs"
+            add(SpanKind.XLA_COMPILE, event.t - event.seconds, event.seconds,
+                f"XLA compile {what} ({event.phase.value}, {event.count})", graph)
+        elif isinstance(event, ev.GraphCalled):
+            graph = graph_index.get(event.graph)
+            add(SpanKind.EXECUTE, event.start, event.t - event.start, f"FX graph {graph} call {event.call}", graph)
+            compiled_code.append((event.start, event.t))
+            if event.cpu_fallback_seconds:
+                add(SpanKind.CPU_FALLBACK, event.start, event.cpu_fallback_seconds, f"CPU nodes of FX graph {graph}", graph)
+        elif isinstance(event, ev.GraphCalls):
+            graph = graph_index.get(event.graph)
+            for begin, seconds in event.spans:
+                add(SpanKind.EXECUTE, begin, seconds, f"FX graph {graph} call", graph)
+                compiled_code.append((begin, begin + seconds))
+            rest = event.calls - len(event.spans)
+            if rest > 0:
+                add(SpanKind.EXECUTE, event.t, 0.0, f"FX graph {graph}: {rest} more calls (summed, not placed)", graph, rest)
+        elif isinstance(event, ev.EagerOps):
+            for begin, stop in merged((begin, begin + seconds) for begin, seconds in event.spans):
+                add(SpanKind.EAGER, begin, stop - begin, "eager ops")
+            rest = event.executions - len(event.spans)
+            if rest > 0:
+                add(SpanKind.EAGER, event.t, 0.0, f"{rest} more eager ops (summed, not placed)", calls=rest)
+    holes = Holes(compiled_code)
+    for event in events:
+        if isinstance(event, ev.Sync) and holes.outside(event.start, event.t) > 0.5 * (event.t - event.start):
+            add(SpanKind.LAZY, event.start, event.t - event.start, f"{event.what}()")
+    out.sort(key=lambda s: (s.start, s.kind))
+    return out

@@ -1,0 +1,143 @@
+"""The TPU view in a report: ``tpu_compiled`` events (each distinct XLA graph of the run as libtpu
+compiled it, after the run) joined to the run's XLA graphs by hash, with each graph's user line,
+and the findings for graphs that do not fit or that XLA:TPU refuses."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xlabridge.diagnostics._build import causes
+from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._frames import UserCodeRule
+from xlabridge.diagnostics.report import UNKNOWN_NAME, Finding, Report, TpuGraph, TpuView, XlaGraph
+
+_GIB = 2**30
+
+_TPU_MEMORY_FIELDS = (
+    ("hbm_bytes", "total_bytes"), ("hbm_capacity_bytes", "capacity_bytes"), ("argument_bytes", "argument_bytes"),
+    ("output_bytes", "output_bytes"), ("alias_bytes", "alias_bytes"), ("temp_bytes", "temp_bytes"),
+    ("code_bytes", "generated_code_bytes"),
+)
+"""``TpuGraph`` fields and the ``HbmUsage.to_dict()`` keys they are read from."""
+
+
+def add_tpu_view(
+    report: Report, processes: Sequence[tuple[Sequence[ev.Event], UserCodeRule]], events: Sequence[ev.Event]
+) -> None:
+    """Add the TPU view of ``events`` (``tpu_pass``, ``tpu_compiled``) to ``report``, whose
+    processes' rows are built; ``processes``: each process's events and user-code rule."""
+    _TpuBuilder(report, processes, events).build()
+
+
+class _TpuBuilder:
+    """The TPU view: ``tpu_compiled`` events joined to the run's XLA graphs by hash."""
+
+    def __init__(
+        self, report: Report, processes: Sequence[tuple[Sequence[ev.Event], UserCodeRule]], events: Sequence[ev.Event]
+    ) -> None:
+        self.report = report
+        self.passes = [e for e in events if isinstance(e, ev.TpuPass)]
+        self.compiled = [e for e in events if isinstance(e, ev.TpuCompiled)]
+        # Where each graph comes from, looked up once: a Dynamo graph's first op by (compile id,
+        # process); a lazily traced graph's trigger, the innermost user frame of its stack.
+        self.dynamo_places = {(g.compile_id, g.pid): (g.filename, g.lineno, g.function) for g in report.dynamo_graphs}
+        self.lazy_places: dict[str, tuple[str, int, str]] = {}
+        for process_events, rule in processes:
+            for seen in process_events:
+                if not isinstance(seen, ev.XlaGraphSeen):
+                    continue
+                if seen.frames and seen.hash not in self.lazy_places:
+                    frame = rule.innermost(seen.frames)
+                    if frame.lineno:
+                        self.lazy_places[seen.hash] = (frame.filename, frame.lineno, frame.function)
+
+    def build(self) -> None:
+        if not self.passes:
+            return
+        last = self.passes[-1]
+        view = TpuView(
+            topology=last.topology, generation=last.generation, libtpu_version=last.libtpu_version,
+            jax_version=last.jax_version, seconds=sum(p.t - p.start for p in self.passes),
+            error="; ".join(p.error for p in self.passes if p.error),
+        )
+        if last.libtpu_version:
+            view.label = (f"compiled for TPU {last.generation} ({last.topology}) by libtpu {last.libtpu_version} "
+                          "on this machine, not run")
+        self.report.tpu = view
+        if view.error:
+            self.report.warnings.append(f"TPU view: nothing compiled: {view.error}")
+        for compiled in self.compiled:
+            view.graphs.append(self._row(compiled))
+        view.compile_seconds = sum(g.compile_seconds or 0.0 for g in view.graphs)
+        view.hbm_capacity_bytes = next((g.hbm_capacity_bytes for g in view.graphs if g.hbm_capacity_bytes), None)
+        if view.hbm_capacity_bytes is None:
+            from xlabridge.tpu import CHIPS
+
+            chip = CHIPS.get(view.generation)
+            view.hbm_capacity_bytes = chip.hbm_bytes if chip else None
+        missing = {h for g in self.report.xla_graphs for h in g.hashes} - {g.hash for g in view.graphs}
+        if missing and not view.error:
+            self.report.warnings.append(
+                f"TPU view: {len(missing)} XLA graph(s) of the run were not compiled for TPU (no HLO saved)")
+        self._findings(view)
+
+    def _row(self, compiled: ev.TpuCompiled) -> TpuGraph:
+        xla = [g for g in self.report.xla_graphs if compiled.hash in g.hashes]
+        row = TpuGraph(hash=compiled.hash, num_partitions=compiled.num_partitions, error=compiled.error,
+                       xla_graphs=[g.index for g in xla], pids=sorted({g.pid for g in xla}),
+                       collectives=[dict(c) for c in compiled.collectives], tpu_hlo_file=compiled.tpu_hlo_file)
+        if not xla:
+            row.origin = ev.GraphOrigin.LAZY.value
+        row.filename, row.lineno, row.function = self._where(compiled.hash, xla)
+        result = compiled.result
+        if result is None:
+            return row
+        memory = result.get("memory") or {}
+        row.compiled = True
+        row.kernels = result.get("kernel_count")
+        row.kernel_names = list(result.get("kernels", []))
+        for name, key in _TPU_MEMORY_FIELDS:
+            setattr(row, name, memory.get(key))
+        row.fits = bool(result.get("fits"))
+        row.out_of_memory = result.get("out_of_memory")
+        for name in ("compile_seconds", "flops", "bytes_accessed", "cost_model_seconds", "hbm_seconds",
+                     "devices", "chips"):
+            setattr(row, name, result.get(name))
+        return row
+
+    def _where(self, digest: str, xla: list[XlaGraph]) -> tuple[str, int, str]:
+        """The user line of a graph: its FX graph's first op, or (lazy) the stack that cut it."""
+        for graph in xla:
+            place = self.dynamo_places.get((graph.compile_id, graph.pid))
+            if place is not None:
+                return place
+        if digest in self.lazy_places:
+            return self.lazy_places[digest]
+        run = next((r for r in self.report.run_graphs if r.hash == digest and r.lineno), None)
+        return (run.filename, run.lineno, run.function) if run else (UNKNOWN_NAME, 0, UNKNOWN_NAME)
+
+    def _findings(self, view: TpuView) -> None:
+        for row in view.graphs:
+            place = f"{row.filename}:{row.lineno} ({row.function})"
+            which = (f"XLA graph {row.hash[:12]} (FX graph {', '.join(map(str, row.xla_graphs))})"
+                     if row.xla_graphs else f"lazy XLA graph {row.hash[:12]}")
+            graph = row.xla_graphs[0] if row.xla_graphs else None
+            if row.compiled and not row.fits:
+                need = (f"{row.hbm_bytes / _GIB:.2f} GiB" if row.hbm_bytes is not None
+                        else "more than it has")
+                total = row.hbm_capacity_bytes or view.hbm_capacity_bytes
+                capacity = f"{total / _GIB:.0f} GiB" if total else "its HBM"
+                self.report.findings.append(Finding(
+                    "tpu-does-not-fit",
+                    f"{which}, from {place}, does not fit a {view.generation} device's HBM ({capacity}): it needs "
+                    f"{need}{' (XLA:TPU: ' + causes.first_line(row.out_of_memory) + ')' if row.out_of_memory else ''}. "
+                    "Shard it over more chips (SPMD, FSDPv2), lower the batch or sequence length, recompute "
+                    "activations (gradient checkpointing), or pick a generation with more HBM.",
+                    graph=graph, filename=row.filename, lineno=row.lineno, function=row.function,
+                ))
+            elif not row.compiled and row.error.startswith("XLA:TPU refused"):
+                self.report.findings.append(Finding(
+                    "tpu-refused",
+                    f"{which}, from {place}, does not compile for TPU {view.generation}: {causes.first_line(row.error)}",
+                    graph=graph, filename=row.filename, lineno=row.lineno, function=row.function,
+                ))

@@ -1,0 +1,38 @@
+"""Loaded at start-up by every Python process of a command run under ``xlabridge report``.
+
+It starts collecting in this process (the report is written when the process exits), then
+hands over to any ``sitecustomize`` module that this one shadows.
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+
+def _start_collecting() -> None:
+    from xlabridge import _env
+
+    directory = _env.get(_env.REPORT_DIR)
+    if not directory:
+        return
+    try:
+        from xlabridge.diagnostics._observe import pod as _pod, process as _process
+
+        _process.observe_until_exit(directory, capture_hlo=_env.get(_env.CAPTURE_HLO) == "1", pod=_pod.wanted())
+    except Exception as error:
+        sys.stderr.write(f"xlabridge: diagnostics are off in this process ({type(error).__name__}: {error})\n")
+
+
+def _chain_to_shadowed_sitecustomize() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    others = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
+    if spec is None or spec.loader is None:
+        return
+    shadowed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shadowed)
+
+
+_start_collecting()
+_chain_to_shadowed_sitecustomize()

@@ -1,0 +1,119 @@
+"""Starting and ending an observation: the events that frame it, and the probes' lifetime.
+
+``start`` writes ``process_start`` (environment, the directories the user-code rule needs),
+installs the probes for the first active recorder and records their status; ``stop`` sums
+the later graph calls, records what torch_xla's metrics saw outside the observed calls,
+runs the in-run cross-checks and the self-test's verdict, writes ``process_end`` and removes
+the probes after the last recorder.
+"""
+
+from __future__ import annotations
+
+from xlabridge.diagnostics._observe import environment as _environment, recorder as _recorder
+from xlabridge.diagnostics import _frames
+from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._observe.probes import (
+    dynamo_compiles,
+    registry,
+    selftest,
+    torchtpu,
+    xla_eager,
+    xla_helper,
+    xla_metrics,
+)
+
+_baselines: dict[int, tuple[float, xla_metrics.Snapshot, xla_eager.Baseline]] = {}
+_selftest: selftest.Run | None = None
+
+
+def start(recorder: _recorder.Recorder, *, selftest_run: bool = True) -> None:
+    """Begin observing into ``recorder``."""
+    global _selftest
+    stamp = _recorder.stamp()
+    recorder.add(ev.ProcessStart(
+        **stamp, wall_time=_wall_time(), environment=_recorder.safely(
+            "environment", "reading the environment", _environment.environment) or {},
+        framework_paths=_frames.framework_paths(), main_file=_frames.program_file(),
+    ))
+    _baselines[id(recorder)] = (stamp["t"], xla_metrics.Snapshot.take(), xla_eager.Baseline())
+    first = not _recorder.active()
+    _recorder.attach(recorder)
+    if first:
+        registry.install()
+        if selftest_run and _selftest is None:
+            _selftest = _recorder.safely("selftest", "starting the probe self-test", selftest.Run)
+    registry.emit_statuses(recorder)
+
+
+def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
+    """End observing into ``recorder``; its events are then complete. ``ended``: the stamp of the
+    end of the observed time, when the caller did work of its own since (default: now)."""
+    ended = ended or _recorder.stamp()
+    try:
+        _recorder.safely(xla_helper.INFO.name, "summing calls", xla_helper.flush)
+        _recorder.safely(torchtpu.INFO.name, "summing calls", torchtpu.flush)
+        _recorder.safely(dynamo_compiles.INFO.name, "reading compilation metrics", dynamo_compiles.drain)
+        started, baseline, eager = _baselines.pop(
+            id(recorder), (recorder.events[0].t, xla_metrics.Snapshot(), xla_eager.Baseline()))
+        _recorder.safely("xla.metrics", "reading totals", _totals, recorder, baseline)
+        eager_ops = _recorder.safely(xla_eager.INFO.name, "reading eager ops", xla_eager.event, eager)
+        if eager_ops is not None:
+            recorder.add(eager_ops)
+        _recorder.safely("diagnostics", "cross-checking the probes", registry.cross_check, recorder.events)
+        recorder.add(ev.ProcessEnd(
+            **ended, start=started,
+            environment=_recorder.safely("environment", "reading the environment", _environment.environment) or {},
+            main_file=_frames.program_file(),
+        ))
+        _apply_selftest()  # may wait for the self-test's child process: after the end is stamped
+    finally:
+        _recorder.detach(recorder)
+        if not _recorder.active():
+            registry.restore()
+    # after the observed time, and unobserved: lowering imports JAX, which is not the program's work
+    _recorder.safely(torchtpu.INFO.name, "writing TorchTPU's graphs", torchtpu.write_graphs, recorder,
+                     _lower_torchtpu if recorder.capture_hlo else None)
+
+
+def _lower_torchtpu(partition: torchtpu.Partition) -> str:
+    """A TorchTPU partition as StableHLO for the TPU view (TorchTPU's own lowering needs a chip)."""
+    from xlabridge.torchtpu._lower import lower_to_stablehlo
+
+    return lower_to_stablehlo(partition)
+
+
+def _totals(recorder: _recorder.Recorder, baseline: xla_metrics.Snapshot) -> None:
+    """Transfers over the whole observation, and the XLA compilations no probe attributed."""
+    if not xla_metrics.loaded():
+        return
+    total = xla_metrics.Snapshot.take().since(baseline)
+    stamp = _recorder.stamp()
+    recorder.add(ev.Transfer(**stamp, to_device=total.to_device, from_device=total.from_device,
+                             bytes_to_device=total.bytes_to_device, bytes_from_device=total.bytes_from_device,
+                             seconds=total.transfer_seconds))
+    attributed = [e for e in recorder.events if isinstance(e, ev.XlaCompile)]
+    count = total.compiles - sum(e.count for e in attributed if e.phase != ev.XlaPhase.DYNAMO)
+    seconds = total.compile_seconds - sum(e.seconds for e in attributed)
+    if count > 0 or seconds > 1e-6:
+        recorder.add(ev.XlaCompile(**stamp, graph=None, phase=ev.XlaPhase.OUTSIDE,
+                                   count=max(count, 0), seconds=max(seconds, 0.0)))
+
+
+def _apply_selftest() -> None:
+    if _selftest is None:
+        return
+    result = _selftest.wait()
+    if result is None:
+        if _selftest.error:
+            _recorder.warn("selftest", "checking that every probe fires", _selftest.error)
+        return
+    infos = {info.name: info for info in registry.PROBES}
+    for probe, missing in result.items():
+        if missing and probe in infos:
+            registry.silent(infos[probe], f"the probe self-test saw {missing} (cached in {_selftest.path})")
+
+
+def _wall_time() -> float:
+    import time
+
+    return time.time()

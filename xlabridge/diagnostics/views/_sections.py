@@ -1,0 +1,427 @@
+"""The section model: what a report shows, in order, independent of how it is laid out.
+
+The types and the number formats are in ``model``, the opening sections (ranked findings, time
+split, timeline) in ``overview``; this module orders them and builds the tables after them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from xlabridge.diagnostics.views import _overview as overview
+from xlabridge.diagnostics.views._model import (
+    Box,
+    Figure,
+    Lane,
+    Part,
+    Ranked,
+    Section,
+    Table,
+    Timeline,
+    byte_size,
+    count,
+    first_line,
+    plural,
+    seconds,
+    short_path,
+    size,
+    where,
+)
+from xlabridge.diagnostics.views._overview import (
+    FIX_FIRST,
+    KIND_COLOURS,
+    OTHER_COLOUR,
+    SHARE_LABEL_OF_KIND,
+    SHARE_LABELS,
+    SHARE_OF_KIND,
+    process_name,
+    ranked,
+    share_cells,
+    share_colour,
+)
+
+if TYPE_CHECKING:
+    from xlabridge.diagnostics.report import Recompile, Report, TpuGraph, XlaGraph
+
+__all__ = [
+    "FIX_FIRST", "KIND_COLOURS", "OTHER_COLOUR", "SHARE_LABELS", "SHARE_LABEL_OF_KIND", "SHARE_OF_KIND", "Box",
+    "Figure", "Lane", "Part", "Ranked", "Section", "Table", "Timeline", "build", "byte_size", "count",
+    "environment_line", "first_line", "guard", "plural", "process_name", "ranked", "seconds", "share_cells",
+    "share_colour", "short_path", "size", "where",
+]
+
+_ENVIRONMENT_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("torch", ("torch",)),
+    ("torch_xla", ("torch_xla",)),
+    ("torch_tpu", ("torch_tpu",)),
+    ("PJRT", ("pjrt_device", "xla_device_type")),
+    ("TPU", ("tpu_type",)),
+)
+"""Header labels and the environment keys each is read from, first present wins."""
+
+
+def environment_line(report: Report) -> str:
+    """``torch 2.9.0 | torch_xla 2.9.0 | PJRT CPU`` from the known keys."""
+    parts = []
+    for label, keys in _ENVIRONMENT_KEYS:
+        value = next((report.environment[k] for k in keys if report.environment.get(k)), None)
+        if value is not None:
+            parts.append(f"{label} {value}")
+    return " | ".join(parts) or "environment not recorded"
+
+
+def _observed(report: Report) -> bool:
+    return bool(report.dynamo_graphs or report.dynamo_breaks or report.xla_graphs or report.hlo_breaks)
+
+
+def _dynamo(report: Report) -> Section:
+    section = Section(
+        "dynamo", "Dynamo",
+        summary=f"{plural(report.graph_count, 'graph')}, {plural(report.break_count, 'break')}, "
+        f"{plural(len(report.recompiles), 'recompile')}",
+    )
+    if report.dynamo_graphs:
+        section.tables.append(Table(
+            ["compile", "backend", "path", "ops", "tracing", "where"],
+            [[g.compile_id, g.backend, g.path or "-", str(g.op_count), seconds(g.tracing_seconds),
+              where(g.filename, g.lineno, g.function)] for g in report.dynamo_graphs],
+            [9, 10, 12, 5, 9, 0],
+        ))
+    if report.dynamo_breaks:
+        section.tables.append(Table(
+            ["#", "category", "where", "reason", "suggestion"],
+            [[str(n), b.category, where(b.filename, b.lineno, b.function), first_line(b.reason), b.suggestion]
+             for n, b in enumerate(report.dynamo_breaks, start=1)],
+            [3, 22, 34, 30, 0],
+        ))
+    return section
+
+
+def _known(filename: str, lineno: int) -> bool:
+    """Whether a place names a line (``<unknown>:0`` does not)."""
+    return lineno > 0 or not filename.startswith("<")
+
+
+def _figure(graph: XlaGraph) -> Figure:
+    boxes, count = [], 0
+    for segment in graph.segments:
+        kind = segment.kind.lower()
+        xla = kind in ("xla", "collective")  # TorchTPU compiles a collective as an XLA program of its own
+        if kind == "collective":
+            count += 1
+            label = f"XLA graph {count}: collective {segment.ops[0] if segment.ops else ''}".rstrip()
+        elif xla:
+            count += 1
+            label = f"XLA graph {count} ({plural(len(segment.ops), 'op')})"
+        else:
+            label = ", ".join(segment.ops) or "CPU"
+        boxes.append(Box(xla, label, list(segment.ops)))
+    place = f" at {where(graph.filename, graph.lineno, graph.function)}" if _known(graph.filename, graph.lineno) else ""
+    caption = (f"FX graph {graph.index} ({graph.role}){place}: {graph.fx_ops} ops, "
+               f"{plural(graph.xla_graphs, 'XLA graph')}")
+    return Figure(graph.index, caption, boxes, [graph.index])
+
+
+def _figures(graphs: list[XlaGraph]) -> list[Figure]:
+    """One picture per place and shape: FX graphs of one user line, role and segments (a recompiled
+    frame's) share one, captioned with their numbers and count."""
+    groups: dict[tuple, list[XlaGraph]] = {}
+    for graph in graphs:
+        shape = tuple((segment.kind, tuple(segment.ops)) for segment in graph.segments)
+        groups.setdefault((graph.filename, graph.lineno, graph.function, graph.role, shape), []).append(graph)
+    figures = []
+    for (filename, lineno, function, role, _), members in groups.items():
+        figure = _figure(members[0])
+        if len(members) > 1:
+            first = members[0]
+            place = f"at {where(filename, lineno, function)}" if _known(filename, lineno) else "with the same segments"
+            figure.graphs = [g.index for g in members]
+            figure.caption = (
+                f"FX graph {', '.join(str(g.index) for g in members)}: {len(members)} {role} graphs {place}: "
+                f"{first.fx_ops} ops, {plural(first.xla_graphs, 'XLA graph')} each"
+            )
+        figures.append(figure)
+    return figures
+
+
+_FRONT_ENDS = {"torch_xla": "the XLA bridge", "torchtpu": "TorchTPU's split compiler"}
+
+
+def _front_ends(report: Report) -> str:
+    """The XLA front ends the report's graphs went through, in words (the bridge when there are none)."""
+    names = dict.fromkeys(g.compiler for g in report.xla_graphs) or {"torch_xla": None}
+    return " and ".join(_FRONT_ENDS.get(name, name) for name in names)
+
+
+def _hlo(report: Report) -> Section:
+    section = Section(
+        "hlo", "HLO lowering",
+        summary=f"{plural(len(report.xla_graphs), 'FX graph')} through {_front_ends(report)}, "
+        f"{plural(report.hlo_break_count, 'break')}",
+    )
+    if any(g.compiler == "torchtpu" for g in report.xla_graphs):
+        section.notes.append(
+            "TorchTPU: its split compiler cuts a graph at each collective outside spmd_safe regions and compiles "
+            "that collective as a program of its own (a 'collective-split' break); exec/call counts the programs "
+            "one call runs")
+    for g in report.xla_graphs:
+        if g.buckets:
+            section.notes.append(
+                f"graph {g.index} has dynamic shapes: TorchTPU compiles it once per bucket, each program at the "
+                f"bucket's bound with its dynamic inputs padded in the graph ({'; '.join(g.buckets)}); its TPU "
+                "rows are those programs. On a TPU a bucket compiles at its first call (async), inside that "
+                "call's time")
+    if report.xla_graphs:
+        section.tables.append(Table(
+            ["graph", "role", "fx_ops", "xla_graphs", "compiles", "compile", "exec/call", "transfers/call",
+             "bytes/call", "time/call", "calls"],
+            [[str(g.index), g.role, str(g.fx_ops), str(g.xla_graphs), str(g.compiles), seconds(g.compile_seconds),
+              str(g.executions_per_call), str(g.transfers_per_call), str(g.bytes_per_call),
+              seconds(g.seconds_per_call), str(g.calls)] for g in report.xla_graphs],
+            [5, 8, 6, 10, 8, 8, 9, 14, 10, 9, 5],
+        ))
+    if report.hlo_breaks:
+        section.tables.append(Table(
+            ["graph", "op", "category", "where", "suggestion"],
+            [[str(b.graph), b.op, b.category, where(b.filename, b.lineno, b.function), b.suggestion]
+             for b in report.hlo_breaks],
+            [5, 24, 14, 34, 0],
+        ))
+    section.figures = _figures(report.xla_graphs)
+    return section
+
+
+def _tpu_graph_label(row: TpuGraph) -> str:
+    if row.xla_graphs:
+        return ",".join(str(i) for i in row.xla_graphs)
+    return "lazy"
+
+
+def _tpu(report: Report) -> Section | None:
+    view = report.tpu
+    if view is None:
+        return None
+    section = Section("tpu", f"TPU view ({view.topology})")
+    if view.error:
+        section.summary = "nothing compiled"
+        section.notes.append(view.error)
+        return section
+    fits = sum(1 for g in view.graphs if g.fits)
+    section.summary = (
+        f"{plural(len(view.graphs), 'XLA graph')} {view.label}; {fits} of {len(view.graphs)} fit one device's "
+        f"{size(view.hbm_capacity_bytes)} of HBM; the TPU compiles took {seconds(view.seconds)} after the run "
+        f"(libtpu's own compile time {seconds(view.compile_seconds)})"
+    )
+    if any(g.compiler == "torchtpu" for g in report.xla_graphs):
+        section.notes.append(
+            "TorchTPU's graphs were lowered to StableHLO here by torchax and jax.export, not by TorchTPU's own "
+            "lowering (it runs only on a TPU): kernels and HBM are XLA:TPU's for that StableHLO, whose ops can differ "
+            "from TorchTPU's (its Pallas and fused kernels; docs/torchtpu.md)")
+    rows = []
+    for g in view.graphs:
+        if not g.compiled:
+            rows.append([_tpu_graph_label(g), g.hash[:12], "error", "-", "-", "-", "-", "-", "-",
+                         where(g.filename, g.lineno, g.function)])
+            continue
+        rows.append([
+            _tpu_graph_label(g), g.hash[:12], str(g.kernels) if g.kernels is not None else "-", size(g.hbm_bytes),
+            "yes" if g.fits else "NO", seconds(g.compile_seconds), seconds(g.cost_model_seconds),
+            seconds(g.hbm_seconds), count(g.flops), where(g.filename, g.lineno, g.function),
+        ])
+    if not rows:
+        section.notes.append("the run executed no XLA graph to compile")
+        return section
+    section.tables.append(Table(
+        ["graph", "hash", "kernels", "HBM", "fits", "compile", "cost model", "HBM floor", "flops", "where"],
+        rows, [10, 12, 7, 10, 4, 9, 10, 9, 8, 0],
+    ))
+    sharded = [g for g in view.graphs if g.collectives]
+    if sharded:
+        section.tables.append(Table(
+            ["graph", "hash", "devices", "collectives on TPU (count, bytes per device per run)"],
+            [[_tpu_graph_label(g), g.hash[:12], str(g.num_partitions),
+              "; ".join(f"{c['kind']} x{c['count']} ({size(c['bytes'])})" for c in g.collectives)]
+             for g in sharded],
+            [6, 12, 7, 0],
+        ))
+    for g in view.graphs:
+        if g.error:
+            section.notes.append(f"graph {_tpu_graph_label(g)} ({g.hash[:12]}): {first_line(g.error)}")
+    section.notes.append(
+        "cost model: XLA's cost analysis, at rates fixed inside libtpu rather than the chip's: it ranks "
+        "graphs, it does not predict a step time ('-': the graph holds a custom call it cannot cost); "
+        "HBM floor: the bytes it counts at the chip's HBM bandwidth"
+    )
+    return section
+
+
+_COMPILE_ID = re.compile(r"^\s*\d+/\d+:\s*")
+_SOURCE_COMMENT = re.compile(r"\s{2,}#.*$|\s+#\s.*$")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e-?\d+)?(?![\w.])")
+
+
+def guard(recompile: Recompile) -> str:
+    """The guard that failed, shortly (``___stack0 == 4.24``): ``Recompile.guard``, or for a report of
+    schema /3 its reason without Dynamo's ``frame/n:`` and the source comment it appends; numbers
+    cut to three significant digits."""
+    text = recompile.guard or _SOURCE_COMMENT.sub("", _COMPILE_ID.sub("", first_line(recompile.reason))).strip()
+    return _NUMBER.sub(lambda m: f"{float(m.group()):.3g}" if "." in m.group() else m.group(), first_line(text))
+
+
+def _guards(recompiles: list[Recompile]) -> str:
+    """The failed guards of one cause, once: ``___stack0 == 4.24, 4.18, 4.22, 4.15`` when only one
+    number changes between them, else the first with how many others there were."""
+    guards = list(dict.fromkeys(guard(r) for r in recompiles))
+    if len(guards) == 1:
+        return guards[0]
+    numbers = [_NUMBER.findall(g) for g in guards]
+    varying = {i for i in range(len(numbers[0])) if len({tuple(n)[i] for n in numbers}) > 1}
+    if len(varying) == 1:
+        index = varying.pop()
+        values = list(dict.fromkeys(n[index] for n in numbers))
+        shown = values if len(values) <= 4 else [*values[:3], "…", values[-1]]
+        match = list(_NUMBER.finditer(guards[0]))[index]
+        listed = ", ".join(shown) + (f" ({len(values)} values)" if len(values) > 4 else "")
+        return guards[0][: match.start()] + listed + guards[0][match.end():]
+    return f"{guards[0]} (and {plural(len(guards) - 1, 'other guard')})"
+
+
+def _cause_key(recompile: Recompile) -> tuple:
+    shape = _NUMBER.sub("#", guard(recompile))
+    return (recompile.filename, recompile.lineno, recompile.function, recompile.category, shape)
+
+
+def _recompiles(report: Report) -> Section | None:
+    if not report.recompiles:
+        return None
+    groups: dict[tuple, list[Recompile]] = {}
+    for recompile in report.recompiles:
+        groups.setdefault(_cause_key(recompile), []).append(recompile)
+    locations = {key[:3] for key in groups}
+    section = Section(
+        "recompiles", "Recompiles",
+        summary=f"{len(report.recompiles)} at {plural(len(locations), 'location')}, "
+        f"{plural(len(groups), 'cause')}",
+        tables=[Table(
+            ["where", "count", "cause", "guard that failed"],
+            [[where(*key[:3]), str(len(members)), key[3], _guards(members)]
+             for key, members in groups.items()],
+            [40, 5, 20, 0],
+        )],
+    )
+    for category in dict.fromkeys(key[3] for key in groups):
+        suggestion = next((r.suggestion for r in report.recompiles if r.category == category and r.suggestion), "")
+        if suggestion:
+            section.notes.append(f"{category}: {suggestion}")
+    return section
+
+
+def _run_graphs(report: Report) -> Section | None:
+    if not report.run_graphs:
+        return None
+    lazy = [g for g in report.run_graphs if g.origin == "lazy"]
+    several = len({g.pid for g in report.run_graphs}) > 1
+    return Section(
+        "run_graphs", "XLA graphs run",
+        summary=f"{plural(len(report.run_graphs), 'graph')} ({len(lazy)} traced lazily), "
+        f"{sum(g.executions for g in report.run_graphs)} executions, "
+        f"{plural(sum(g.compiles for g in report.run_graphs), 'compile')}",
+        tables=[Table(
+            (["process"] if several else []) + ["graph", "origin", "cause", "compiles", "runs", "devices",
+                                                 "collectives", "where"],
+            [([g.process] if several else []) + [
+                g.hash[:10], g.origin, g.cause, str(g.compiles), str(g.executions), str(g.num_partitions),
+                f"{g.collectives} ({byte_size(g.collective_bytes)})" if g.collectives else "-",
+                where(g.filename, g.lineno, g.function)] for g in report.run_graphs],
+            ([8] if several else []) + [10, 6, 17, 8, 5, 7, 18, 0],
+        )],
+    )
+
+
+def _collectives(report: Report) -> Section | None:
+    if not report.collectives:
+        return None
+    avoidable = [c for c in report.collectives if c.avoidable]
+    section = Section(
+        "collectives", "Collectives",
+        summary=f"{sum(c.count for c in report.collectives)} per run of their graphs over "
+        f"{plural(len({c.hash for c in report.collectives}), 'graph')}, "
+        f"{byte_size(sum(c.bytes for c in report.collectives))} per device; "
+        f"{sum(c.count for c in avoidable)} likely avoidable",
+        tables=[Table(
+            ["graph", "kind", "count", "bytes", "groups", "where", "cause"],
+            [[c.hash[:10], c.kind, str(c.count), byte_size(c.bytes),
+              " ".join("{" + ",".join(map(str, g)) + "}" for g in c.replica_groups) or "all",
+              where(c.filename, c.lineno, c.function), c.category + (" (avoidable)" if c.avoidable else "")]
+             for c in report.collectives],
+            [10, 18, 5, 9, 16, 0, 30],
+        )],
+    )
+    for category in dict.fromkeys(c.category for c in avoidable):
+        section.notes.append(f"{category}: {next(c.suggestion for c in avoidable if c.category == category)}")
+    return section
+
+
+def _processes(report: Report) -> Section | None:
+    if len({g.pid for g in report.run_graphs}) < 2 and not report.divergences:
+        return None
+    names = dict.fromkeys(g.process for g in report.run_graphs)
+    section = Section(
+        "processes", "Processes",
+        summary=f"{plural(len(names), 'process')}, {plural(len(report.divergences), 'divergence')}, "
+        f"{plural(len(report.uneven_compiles), 'uneven compile')}",
+        tables=[Table(
+            ["process", "graphs", "runs", "compiles"],
+            [[name, str(len(gs)), str(sum(g.executions for g in gs)), str(sum(g.compiles for g in gs))]
+             for name in names for gs in [[g for g in report.run_graphs if g.process == name]]],
+            [10, 6, 6, 8],
+        )],
+    )
+    if report.divergences:
+        section.tables.append(Table(
+            ["step", "graph", "graphs run", "lines only this process has"],
+            [[str(d.step), str(d.position),
+              ", ".join(f"{name}: {(h or 'none')[:10]}" for name, h in d.graphs.items()),
+              " | ".join(f"{name}: {', '.join(lines)}" for name, lines in d.differences.items()) or "-"]
+             for d in report.divergences],
+            [4, 5, 40, 0],
+        ))
+    if report.uneven_compiles:
+        section.tables.append(Table(
+            ["step", "graph", "hash", "compiled on", "cached on"],
+            [[str(u.step), str(u.position), u.hash[:10], ", ".join(u.compiled_on), ", ".join(u.cached_on)]
+             for u in report.uneven_compiles],
+            [4, 5, 10, 30, 0],
+        ))
+    if not report.divergences:
+        section.notes.append("every process ran the same graphs in the same order")
+    return section
+
+
+def build(report: Report) -> list[Section]:
+    """The sections of ``report``, in the order both views show them: the ranked findings and
+    where the time went first, then the tables."""
+    out = [Section("environment", "xlabridge report", summary=environment_line(report))]
+    summary = overview.summary(report)
+    out += [s for s in (summary, overview.time(report), overview.timeline(report)) if s is not None]
+    if not _observed(report) and not report.run_graphs:
+        out.append(Section("empty", "", notes=["no graphs observed"]))
+    elif _observed(report):
+        out += [_dynamo(report), _hlo(report)]
+    out += [s for s in (_run_graphs(report), _collectives(report), _processes(report), _recompiles(report),
+                        _tpu(report)) if s is not None]
+    shown = {item.rank for item in summary.items} if summary is not None else set()
+    rest = [item for item in ranked(report) if item.rank not in shown]
+    if rest:
+        out.append(Section("findings", "Findings" if not shown else "Other findings",
+                           notes=[_finding_note(item) for item in rest]))
+    if report.warnings:
+        out.append(Section("warnings", "Warnings", notes=list(report.warnings)))
+    return out
+
+
+def _finding_note(item: Ranked) -> str:
+    cost = f" ({item.cost})" if item.share is not None else ""
+    code = f" [{item.code}]" if item.code else ""
+    return f"{item.where}: {item.what}{cost}{code}: {item.message}"
