@@ -151,3 +151,50 @@ def test_views_import_only_the_report_data():
     views = _of(graph, "xlabridge.diagnostics.views")
     allowed = set(views) | set(_of(graph, "xlabridge.diagnostics.report"))
     assert not {m: edges - allowed for m, edges in views.items() if edges - allowed}
+
+
+LAYERS = {
+    "errors": 0, "_env": 0, "_version": 0,  # exceptions, environment variables, the version
+    "_optional": 1,  # optional dependencies, each said when missing
+    "_upstream": 2,  # every private call into torch, torch_xla, torch_tpu and libtpu; the import hook
+    "tpu": 3,  # the TPU view: compiles programs for a topology with libtpu
+    "hlo": 4, "mx": 4, "torchtpu": 4, "autocast": 4, "pod": 4,  # capabilities built on it
+    "diagnostics": 5,  # observes runs and reports on them, over the capabilities
+    "backend": 6,  # compiles graphs and tells the diagnostics what it compiled
+    "cli": 7, "examples": 7, "xlabridge": 7,  # the command, the bundled scripts, the package's front
+}
+"""The architecture as data: each top-level part of ``xlabridge/`` and its layer. A part imports
+only parts of lower layers; the one exception is the diagnostics' event vocabulary
+(``xlabridge.diagnostics.events``), which the capabilities that read XLA's and torch_xla's
+records (``pod``) produce directly."""
+
+VOCABULARY = "xlabridge.diagnostics.events"
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "xlabridge"
+
+
+def test_every_top_level_part_has_a_layer():
+    assert {_part(m) for m in import_graph()} == set(LAYERS)
+
+
+def test_parts_import_only_lower_layers():
+    wrong = []
+    for module, edges in import_graph().items():
+        for target in edges:
+            source_part, target_part = _part(module), _part(target)
+            if source_part == target_part:
+                continue
+            vocabulary = target == VOCABULARY or target.startswith(VOCABULARY + ".")
+            if LAYERS[target_part] >= LAYERS[source_part] and not vocabulary:
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, "imports against the layers: " + "; ".join(sorted(wrong))
+
+
+def test_the_event_vocabulary_imports_nothing_above_it():
+    graph = import_graph()
+    vocabulary = _of(graph, VOCABULARY)
+    allowed = set(vocabulary) | {"xlabridge.diagnostics._fields"}
+    assert not {m: edges - allowed for m, edges in vocabulary.items() if edges - allowed}

@@ -49,7 +49,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def _einsum_for_xla_autocast() -> None:
+def _einsum_for_xla_autocast(torch_xla: object = None) -> None:
     from xlabridge import autocast
 
     autocast.install()

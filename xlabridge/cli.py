@@ -45,52 +45,23 @@ def _bootstrap_dir() -> str:
     return str(Path(__file__).resolve().parent / "diagnostics" / "_observe" / "bootstrap")
 
 
-_TPU_LOG = "events-tpu.jsonl"
-"""The TPU view's events, beside the processes' logs (``--read`` re-reads them)."""
-
-
 def _check_tpu(target: str | None) -> str | None:
     """``--tpu``'s topology name, checked before anything runs."""
     if target is None:
         return None
-    from xlabridge.diagnostics._observe import tpu_pass as _tpu_pass
+    from xlabridge.diagnostics._observe import tpu_pass
     from xlabridge.errors import MissingDependencyError, UnknownTopologyError
 
     try:
-        return _tpu_pass.check_target(target, argument="--tpu")
+        return tpu_pass.check_target(target, argument="--tpu")
     except (TypeError, UnknownTopologyError, MissingDependencyError) as error:
         raise SystemExit(f"xlabridge report: {error}") from None
 
 
-def _merged_report(directory: Path, tpu: str | None = None):
-    """The report of every event log in ``directory``, each read once; with ``tpu``, the run's
-    graphs are first compiled for that topology and their events written beside the logs
-    (replacing an earlier TPU log, so ``--read DIR --tpu`` can compile for another topology)."""
-    from xlabridge.diagnostics._observe import pod as _pod, tpu_pass as _tpu_pass
-    from xlabridge.diagnostics import build_report, events
+def _read_run(directory: Path, tpu: str | None):
+    from xlabridge.diagnostics import read_run
 
-    logs = sorted(directory.glob("events-*.jsonl"))
-    process_logs = [path for path in logs if path.name != _TPU_LOG]
-    merged: list = []
-    skipped = 0
-    for path in process_logs if tpu is not None else logs:
-        contents = events.read_log(path)
-        merged += contents.events
-        skipped += contents.skipped
-    if tpu is not None:
-        graphs = len(_tpu_pass.graphs_to_compile(merged))
-        print(f"xlabridge: compiling {graphs} XLA graph(s) for TPU {tpu} with libtpu (after the run, nothing "
-              "runs on a TPU)", file=sys.stderr)
-        compiled = _tpu_pass.run(merged, target=tpu, base=directory)
-        events.write_log(compiled, directory / _TPU_LOG)
-        merged += compiled
-    report = build_report(merged)
-    report.warnings += [note for note in _pod.notes(merged) if note not in report.warnings]
-    if not process_logs:
-        report.warnings.append("no Python process of the command reported: is it a Python program?")
-    if skipped:
-        report.warnings.append(f"{skipped} events of types this xlabridge does not know were skipped")
-    return report
+    return read_run(directory, tpu=tpu, progress=lambda line: print(f"xlabridge: {line}", file=sys.stderr))
 
 
 def _write_outputs(report, args: argparse.Namespace) -> None:
@@ -118,7 +89,7 @@ def _report(args: argparse.Namespace) -> int:
         directory = Path(args.read)
         if not directory.is_dir():
             raise SystemExit(f"xlabridge report: --read {str(directory)!r} is not a directory of event logs")
-        _write_outputs(_merged_report(directory, _check_tpu(args.tpu)), args)
+        _write_outputs(_read_run(directory, _check_tpu(args.tpu)), args)
         return 0
     if not command:
         raise SystemExit("xlabridge report: give the command to run after '--', e.g. -- python train.py")
@@ -139,7 +110,7 @@ def _report(args: argparse.Namespace) -> int:
             from xlabridge.backend import cache
 
             try:
-                env[cache.ENV_VAR] = str(cache.validate_cache_dir(args.cache_dir))
+                env[_env.CACHE_DIR] = str(cache.validate_cache_dir(args.cache_dir))
             except (TypeError, ValueError) as error:
                 raise SystemExit(f"xlabridge report: {error}") from None
         env[_env.PYTHONPATH] = os.pathsep.join(p for p in (_bootstrap_dir(), env.get(_env.PYTHONPATH)) if p)
@@ -147,7 +118,7 @@ def _report(args: argparse.Namespace) -> int:
             returncode = subprocess.call(command, env=env)
         except FileNotFoundError:
             raise SystemExit(f"xlabridge report: command not found: {command[0]!r}") from None
-        report = _merged_report(directory, tpu)
+        report = _read_run(directory, tpu)
     _write_outputs(report, args)
     if args.events:
         print(f"xlabridge: event logs kept in {args.events} (xlabridge report --read {args.events})")
@@ -196,7 +167,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _autocast_audit(args: argparse.Namespace) -> int:
-    from xlabridge.autocast import audit_command
+    from xlabridge.autocast._cli import audit_command
 
     return audit_command(as_json=args.json, parity=args.parity)
 

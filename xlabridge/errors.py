@@ -1,4 +1,17 @@
-"""Exceptions xlabridge raises on purpose, so callers can tell them from bugs."""
+"""Exceptions xlabridge raises on purpose, so callers can tell them from bugs, and the warnings it gives."""
+
+__all__ = [
+    "AutocastBuildWarning",
+    "CacheWarning",
+    "DeviceMismatchError",
+    "DiagnosticsWarning",
+    "MissingDependencyError",
+    "MosaicRelayoutWarning",
+    "TpuCompileError",
+    "TpuWorkerError",
+    "UnknownTopologyError",
+    "XlabridgeError",
+]
 
 
 class XlabridgeError(Exception):

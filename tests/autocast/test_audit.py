@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tests.conftest import requires_xla
-from xlabridge.autocast import audit, audit_command
+from xlabridge.autocast import audit
+from xlabridge.autocast._cli import audit_command
 from xlabridge.autocast._audit import DIFFERS_FROM_CUDA, MISSING_VS_CUDA
 from xlabridge.autocast._ops import Policy
 

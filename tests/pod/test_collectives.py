@@ -21,11 +21,11 @@ import pytest
 from tests.pod import _proto_reference
 from xlabridge.pod._hlo_proto import instruction_stacks
 from xlabridge import _optional
+from xlabridge.diagnostics._build.causes import classify_collective
 from xlabridge.pod import (
     CollectiveKind,
     PartitionedGraph,
     analyze,
-    classify,
     find_collectives,
     totals,
 )
@@ -106,10 +106,10 @@ def test_loops_multiply_by_their_known_trip_count_and_say_when_it_is_unknown():
 def test_known_causes():
     graph = analyze(MODULE)
     gather = next(c for c in graph.collectives if c.kind is CollectiveKind.ALL_GATHER)
-    assert classify(gather, graph).category == "input-all-gather"
+    assert classify_collective(gather, graph).category == "input-all-gather"
     reduce = next(c for c in graph.collectives if c.kind is CollectiveKind.ALL_REDUCE)
     # f32[8], the shape of the replicated input v, in a graph that shards w.
-    assert classify(reduce, graph).category == "replicated-weight-gradient"
+    assert classify_collective(reduce, graph).category == "replicated-weight-gradient"
     assert [p.sharding for p in graph.parameters] == ["{devices=[4,1]0,1,2,3}", "{replicated}", "{replicated}"]
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from xlabridge import _optional
-from xlabridge.pod import GraphCause, GraphRun, capture_environment, read_capture
+from xlabridge.pod import GraphCause, capture_environment, read_capture
+from xlabridge.pod._lazy import GraphRun
 from xlabridge.pod._divergence import ProcessRun, find_divergences
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,12 +25,12 @@ import pytest
 from tests.conftest import requires_xla
 from tests.pod import _proto_reference
 from xlabridge import _optional
+from xlabridge.diagnostics._build.causes import classify_collective
 from xlabridge.pod import (
     CollectiveKind,
     CompiledModule,
     GraphCause,
     capture_environment,
-    classify,
     partition_hlo,
     read_capture,
 )
@@ -129,7 +129,7 @@ def _all_gathers(runs: Runs, scenario: str):
         graph = module.analyze()
         for collective in graph.collectives:
             if collective.kind is CollectiveKind.ALL_GATHER:
-                yield collective, classify(collective, graph)
+                yield collective, classify_collective(collective, graph)
 
 
 def _planted_line() -> int:

@@ -205,7 +205,7 @@ def test_a_failure_in_the_probe_warns_and_the_model_runs(monkeypatch):
     """A bug (or an upstream change) inside the probe's bookkeeping: one DiagnosticsWarning, the
     probe marked failed in the report, and the program's results those of a run without diagnostics."""
     from xlabridge.diagnostics._observe.probes import torchtpu as probe
-    from xlabridge.diagnostics._observe.probes import torchtpu_seam
+    from xlabridge.torchtpu import _seam as torchtpu_seam
     from xlabridge.errors import DiagnosticsWarning
 
     def broken(inputs):

@@ -20,7 +20,7 @@ def test_callback_runs_once_after_the_module_executes(tmp_path, monkeypatch) -> 
     monkeypatch.syspath_prepend(str(tmp_path))
     seen = []
 
-    def callback() -> None:
+    def callback(module) -> None:
         seen.append(sys.modules["xb_hook_probe_mod"].VALUE)
 
     try:
@@ -37,7 +37,7 @@ def test_callback_runs_once_after_the_module_executes(tmp_path, monkeypatch) -> 
 
 
 def test_already_imported_module_is_not_hooked() -> None:
-    assert not _hook.when_imported("json", lambda: None)
+    assert not _hook.when_imported("json", lambda module: None)
     assert not _hook.pending("json")
 
 
@@ -47,7 +47,7 @@ def test_failing_callback_warns_and_does_not_break_the_import(tmp_path, monkeypa
     (tmp_path / "xb_hook_fail_mod.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 
-    def callback() -> None:
+    def callback(module) -> None:
         raise OSError("boom")
 
     try:

@@ -17,10 +17,8 @@ Kernels are C++ (``csrc/autocast``, built on first need and cached under
 from __future__ import annotations
 
 from xlabridge.autocast._audit import AuditReport, AuditRow, audit
-from xlabridge.autocast._cli import audit_command
 from xlabridge.autocast._ops import DEFAULT_SPECS, NOT_APPLICABLE, PARITY_SPECS, TPU_EXCEPTIONS, OpSpec, Policy
 from xlabridge.autocast._registration import (
-    AutocastBuildWarning,
     ParityResult,
     disable_parity,
     enable_parity,
@@ -45,7 +43,7 @@ def install() -> None:
         if _registration.torch_xla_loaded():
             ensure_einsum()
         elif _optional.is_available("torch_xla"):
-            _hook.when_imported("torch_xla", ensure_einsum)
+            _hook.when_imported("torch_xla", lambda module: ensure_einsum())
     except Exception as error:  # noqa: BLE001 - import must not fail
         warnings.warn(
             f"xlabridge: could not add einsum to the AutocastXLA list: {type(error).__name__}: {error}",
@@ -61,12 +59,10 @@ __all__ = [
     "TPU_EXCEPTIONS",
     "AuditReport",
     "AuditRow",
-    "AutocastBuildWarning",
     "OpSpec",
     "ParityResult",
     "Policy",
     "audit",
-    "audit_command",
     "disable_parity",
     "enable_parity",
     "ensure_einsum",

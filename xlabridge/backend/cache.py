@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from xlabridge import _env
+from xlabridge.diagnostics._observe import environment as _environment
 from xlabridge.errors import CacheWarning
-ENV_VAR = _env.CACHE_DIR
+
+__all__ = ["CacheState", "configure", "configure_from_environment", "status", "validate_cache_dir"]
 
 _COUNTERS = {
     "hits": "PersistentCacheHit",
@@ -40,7 +42,7 @@ _COUNTERS = {
     "load_failures": "PersistentCacheDeserializeFailure",
 }
 
-CPU_CANNOT_LOAD = (
+_CPU_CANNOT_LOAD = (
     "PJRT CPU cannot deserialize executables in torch_xla {version} (torch_xla loads cache "
     "entries with PjRtClient::DeserializeExecutable, which XLA's CPU client does not "
     "implement: every lookup fails with 'UNIMPLEMENTED: Deserializing serialized executable "
@@ -121,12 +123,12 @@ def _enable(directory: Path, source: str) -> _Setting:
         return _Setting(
             str(directory), source, CacheState.TOO_LATE,
             "torch_xla had already run a computation when the cache was configured; configure it "
-            f"before the first XLA computation (set {ENV_VAR}, or call xlabridge.compile(..., "
+            f"before the first XLA computation (set {_env.CACHE_DIR}, or call xlabridge.compile(..., "
             "cache_dir=...) first)",
         )
     version = _torch_xla_version()
     if _cpu_cannot_load(version):
-        return _Setting(str(directory), source, CacheState.UNSUPPORTED, CPU_CANNOT_LOAD.format(version=version))
+        return _Setting(str(directory), source, CacheState.UNSUPPORTED, _CPU_CANNOT_LOAD.format(version=version))
     if "torch_xla.runtime" in sys.modules:
         sys.modules["torch_xla.runtime"].initialize_cache(str(directory))
     else:  # what initialize_cache does, without importing torch_xla before the user does
@@ -161,10 +163,10 @@ def configure(cache_dir: Any, *, source: str = "cache_dir") -> dict[str, Any]:
 
 def configure_from_environment() -> dict[str, Any] | None:
     """``configure`` from ``XLABRIDGE_CACHE_DIR`` when it is set and nothing was configured."""
-    value = _env.get(ENV_VAR)
+    value = _env.get(_env.CACHE_DIR)
     if not value or _SETTING is not None:
         return None
-    return configure(value, source=ENV_VAR)
+    return configure(value, source=_env.CACHE_DIR)
 
 
 def _counters() -> dict[str, int]:
@@ -195,3 +197,8 @@ def status() -> dict[str, Any]:
         "state": state.value, "directory": _SETTING.directory, "source": _SETTING.source,
         "reason": reason, "entries": entries, **counts,
     }
+
+
+# A report records the cache's state wherever the cache can have been configured: this module is
+# imported by the backend, ``xlabridge.compile`` and ``xlabridge report --cache-dir``.
+_environment.add_part("compilation_cache", status)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from xlabridge.diagnostics._observe import recorder as _recorder, session as _session, tpu_pass as _tpu_pass
+from xlabridge.diagnostics._observe import pod as _pod, recorder as _recorder, session as _session, tpu_pass as _tpu_pass
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._build.report import build_report
 from xlabridge.diagnostics._observe.probes import dynamo_graphs, torchtpu
@@ -90,6 +90,49 @@ def explain(fn: Callable[..., Any], *, backend: str = "xlabridge", tpu: str | No
         return report
 
     return run
+
+
+TPU_LOG = "events-tpu.jsonl"
+"""The TPU view's events, beside a run's process logs (``read_run`` with ``tpu`` writes it)."""
+
+
+def read_run(directory: str | os.PathLike[str], *, tpu: str | None = None, progress: Callable[[str], None] | None = None) -> Report:
+    """The report of a run: every event log in ``directory`` (one per process, as ``xlabridge
+    report --events DIR`` keeps them), each read once and merged, process ids kept apart.
+
+    ``tpu`` (a topology such as ``"v5e:2x2"``): first compile the run's graphs for that TPU with
+    libtpu on this machine and write their events beside the logs (``TPU_LOG``, replacing an
+    earlier one, so that a run can be read again for another topology). ``progress`` receives a
+    line saying what is being compiled. A directory whose processes left no log gives a report
+    that says so.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"read_run: 'directory' must be a directory of event logs, got {str(directory)!r}")
+    if tpu is not None:
+        tpu = _tpu_pass.check_target(tpu)
+    logs = sorted(directory.glob("events-*.jsonl"))
+    process_logs = [path for path in logs if path.name != TPU_LOG]
+    merged: list[ev.Event] = []
+    skipped = 0
+    for path in process_logs if tpu is not None else logs:
+        contents = ev.read_log(path)
+        merged += contents.events
+        skipped += contents.skipped
+    if tpu is not None:
+        if progress is not None:
+            progress(f"compiling {len(_tpu_pass.graphs_to_compile(merged))} XLA graph(s) for TPU {tpu} with libtpu "
+                     "(after the run, nothing runs on a TPU)")
+        compiled = _tpu_pass.run(merged, target=tpu, base=directory)
+        ev.write_log(compiled, directory / TPU_LOG)
+        merged += compiled
+    report = build_report(merged)
+    report.warnings += [note for note in _pod.notes(merged) if note not in report.warnings]
+    if not process_logs:
+        report.warnings.append("no Python process of the command reported: is it a Python program?")
+    if skipped:
+        report.warnings.append(f"{skipped} events of types this xlabridge does not know were skipped")
+    return report
 
 
 def record_graph(gm: torch.fx.GraphModule, *, backend: str) -> None:

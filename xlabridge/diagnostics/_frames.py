@@ -24,7 +24,7 @@ import sys
 import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
 
-from xlabridge.diagnostics.events import Frame
+from xlabridge.diagnostics.events import Frame, innermost
 from xlabridge.diagnostics.report import UNKNOWN_NAME
 
 _FRAMEWORKS = ("torch", "torch_xla", "functorch", "xlabridge", "torch_tpu", "torchax")
@@ -107,7 +107,7 @@ class UserCodeRule:
 
     def innermost(self, frames: Sequence[Frame]) -> Frame:
         """The deepest of ``frames`` (outermost first) in the user's code, or ``UNKNOWN``."""
-        return next((f for f in reversed(frames) if self.is_user(f.filename)), UNKNOWN)
+        return innermost(frames, self.is_user) or UNKNOWN
 
 
 _program_override: str | None = None

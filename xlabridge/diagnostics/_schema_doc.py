@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from xlabridge.backend.cache import CacheState
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics import report as rp
 
@@ -42,9 +41,9 @@ _ENVIRONMENT = (
     ("``xla_device_type``, ``xla_device_count``", "string, integer", "what torch_xla's runtime reports"),
     ("``xla_runtime_error``", "string", "why the runtime could not be asked, instead of the two above"),
     ("``argv``", "array of string", "the command line"),
-    ("``compilation_cache``", "object", "``xlabridge.backend.cache.status()``: ``state`` ("
-     + ", ".join(f"``{state.value}``" for state in CacheState)
-     + "), ``directory``, ``source``, ``reason``, ``hits``, ``misses``, ``load_failures``, ``entries``"),
+    ("``compilation_cache``", "object", "``xlabridge.backend.cache.status()``, where xlabridge's backend or "
+     "``xlabridge.compile`` ran: ``state`` (a value of ``xlabridge.backend.cache.CacheState``), ``directory``, "
+     "``source``, ``reason``, ``hits``, ``misses``, ``load_failures``, ``entries``"),
 )
 
 _ROWS = (rp.TimeSplit, rp.ProbeReport, rp.DynamoGraph, rp.DynamoBreak, rp.Recompile, rp.RecompileGroup,

@@ -1,12 +1,12 @@
 """Sharded and multi-process runs: collectives per XLA graph, lazy-traced graphs, divergence.
 
-The building blocks of the pod report (issue 13), as plain data the diagnostics pipeline turns
+The building blocks of the pod report, as plain data the diagnostics pipeline turns
 into events and report sections:
 
 - ``analyze(hlo_text, proto=None)`` → ``PartitionedGraph``: the collectives of a partitioned
   module (kind, bytes, replica groups, channel, executions per run, HLO metadata and the whole
-  Python stack from the proto) and its input shardings; ``classify(collective, graph)`` names a
-  known cause and a fix from the one table ``COLLECTIVE_CAUSES``.
+  Python stack from the proto) and its input shardings (the report names each collective's
+  cause and fix from the diagnostics' one table of causes).
 - Getting the partitioned module of a torch_xla SPMD graph: ``capture_environment`` (set before
   the process starts: XLA's dump, torch_xla's debug file, source lines; ``plan_capture`` says
   too what it changes in a dump of the user's own, which it keeps) and ``read_capture``;
@@ -29,62 +29,45 @@ from xlabridge.pod._capture import (
     plan_capture,
     read_capture,
 )
-from xlabridge.pod._causes import COLLECTIVE_CAUSES, CollectiveCause, classify
 from xlabridge.pod._collectives import (
     Collective,
     CollectiveKind,
     CollectiveTotals,
-    SourceLine,
     find_collectives,
     totals,
 )
 from xlabridge.pod._divergence import (
     Divergence,
-    GraphSources,
     ProcessRun,
-    SourceDifference,
-    UnevenCompile,
     find_divergences,
 )
 from xlabridge.pod._dump import CompiledModule, read_dump
-from xlabridge.pod._frames import Frame, innermost
-from xlabridge.pod._graph import Parameter, PartitionedGraph, analyze
-from xlabridge.pod._lazy import GraphCause, GraphRun, LazyGraph, LazyTrace, read_lazy_trace
+from xlabridge.pod._graph import PartitionedGraph, analyze
+from xlabridge.pod._lazy import GraphCause, LazyGraph, LazyTrace, read_lazy_trace
 from xlabridge.pod._partition import partition_hlo
 from xlabridge.pod._tpu_view import PodGraph, compile_for_pod
 
 __all__ = [
-    "COLLECTIVE_CAUSES",
     "DEFAULT",
     "Capture",
     "CapturePlan",
     "CaptureWay",
     "Collective",
-    "CollectiveCause",
     "CollectiveKind",
     "CollectiveTotals",
     "CompiledModule",
     "Divergence",
-    "Frame",
     "GraphCause",
-    "GraphSources",
-    "GraphRun",
     "LazyGraph",
     "LazyTrace",
-    "Parameter",
     "PartitionedGraph",
     "PodGraph",
     "ProcessRun",
-    "SourceDifference",
-    "SourceLine",
-    "UnevenCompile",
     "analyze",
     "capture_environment",
-    "classify",
     "compile_for_pod",
     "find_collectives",
     "find_divergences",
-    "innermost",
     "partition_hlo",
     "plan_capture",
     "read_capture",

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from xlabridge.pod._hlo_text import Computation, Instruction, Module, array_bytes, parse_module, split_top_level
-from xlabridge.pod._frames import Frame, innermost
+from xlabridge.diagnostics.events import Frame, innermost
 
 __all__ = ["Collective", "CollectiveKind", "CollectiveTotals", "SourceLine", "find_collectives", "totals"]
 

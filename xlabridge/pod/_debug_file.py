@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from xlabridge.pod._frames import Frame
+from xlabridge.diagnostics.events import Frame
 
 __all__ = ["DebugEvent", "parse_debug_file"]
 

@@ -27,7 +27,7 @@ from typing import Any
 from xlabridge.pod._hlo_proto import instruction_stacks
 from xlabridge.pod._hlo_text import parse_module
 from xlabridge.pod._dump import CompiledModule
-from xlabridge.pod._frames import Frame, innermost
+from xlabridge.diagnostics.events import Frame, innermost
 from xlabridge.pod._lazy import GraphRun, LazyTrace
 
 __all__ = ["Divergence", "GraphSources", "ProcessRun", "SourceDifference", "UnevenCompile", "find_divergences"]

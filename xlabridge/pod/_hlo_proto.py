@@ -16,7 +16,7 @@ are never reused).
 
 from __future__ import annotations
 
-from xlabridge.pod._frames import Frame
+from xlabridge.diagnostics.events import Frame
 
 __all__ = ["instruction_stacks", "module_proto"]
 

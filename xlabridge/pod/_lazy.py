@@ -28,7 +28,7 @@ from typing import Any
 
 from xlabridge.pod._debug_file import DebugEvent, parse_debug_file
 from xlabridge.pod._save_file import SavedGraph, parse_save_file
-from xlabridge.pod._frames import Frame, innermost
+from xlabridge.diagnostics.events import Frame, innermost
 
 __all__ = ["GraphCause", "GraphRun", "LazyGraph", "LazyTrace", "build_lazy_trace", "classify_cause", "read_lazy_trace"]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from xlabridge.pod._frames import Frame
+from xlabridge.diagnostics.events import Frame
 
 __all__ = ["SavedGraph", "parse_save_file"]
 

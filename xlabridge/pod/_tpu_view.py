@@ -2,7 +2,7 @@
 
 ``compile_for_pod({"step": proto}, "v5e:2x4", num_partitions=8)`` compiles each pre-partition
 graph (a torch_xla SPMD graph's HLO proto with its sharding annotations) for the topology with
-``xlabridge.tpu`` (libtpu's compile-only client, in its worker process), partitioned over
+the TPU view (``xlabridge.tpu.compile_program``: libtpu's compile-only client, in its worker process), partitioned over
 ``num_partitions`` devices: the mesh's device count, which must not exceed the topology's
 devices. Each ``PodGraph`` holds what one device of the slice would hold and run: its HBM
 (arguments, outputs, temporaries, code; whether it fits the chip), its kernels, the cost
@@ -78,7 +78,8 @@ def compile_for_pod(
     try:
         pod = []
         for name, proto in graphs.items():
-            result = compiler.compile_hlo_proto(proto, num_partitions=num_partitions, topology=topology, name=name)
+            program = tpu.Program(name, proto, tpu.ProgramFormat.HLO_PROTO, num_partitions)
+            result = tpu.compile_program(compiler, program, topology=topology)
             pod.append(PodGraph(name, result, analyze(result.hlo) if result.hlo else None))
         return pod
     finally:

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from xlabridge import _optional
-from xlabridge.diagnostics._observe.probes import torchtpu_seam
+from xlabridge.torchtpu import _seam as torchtpu_seam
 from xlabridge.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)

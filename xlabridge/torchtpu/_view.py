@@ -48,14 +48,14 @@ class TorchTpuGraphResult:
 def compile_graphs(
     graphs: Sequence[TpuGraph], target: str = "v6e:2x2", *, compiler: Any | None = None
 ) -> list[TorchTpuGraphResult]:
-    """Lower each graph and compile it for ``target`` with libtpu's compile-only client.
+    """Lower each graph and compile it for ``target`` with libtpu's compile-only client (the TPU
+    view, ``xlabridge.tpu.compile_row``).
 
     ``compiler``: an open ``xlabridge.tpu.TpuCompiler`` to reuse (one worker for many calls);
     by default one is started for this call. A graph that fails to lower or that XLA refuses
     gets its error in ``error``; the others are compiled all the same.
     """
     from xlabridge import tpu
-    from xlabridge.errors import TpuCompileError
 
     graphs = list(graphs)
     wrong = [i for i, g in enumerate(graphs) if not isinstance(g, TpuGraph)]
@@ -75,12 +75,8 @@ def compile_graphs(
                                                 f"lowering failed: {type(error).__name__}: {error}"))
                 continue
             lowered = time.perf_counter() - started
-            try:
-                result = compiler.compile_stablehlo(text, topology=target, name=graph.name)
-            except TpuCompileError as error:
-                rows.append(TorchTpuGraphResult(graph, text, lowered, None, str(error)))
-                continue
-            rows.append(TorchTpuGraphResult(graph, text, lowered, result))
+            row = tpu.compile_row(compiler, tpu.Program(graph.name, text, tpu.ProgramFormat.STABLEHLO), topology=target)
+            rows.append(TorchTpuGraphResult(graph, text, lowered, row.result, row.error))
     finally:
         if own:
             compiler.close()

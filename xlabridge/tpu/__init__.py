@@ -19,7 +19,10 @@ not run"::
     tpu.compile_tensors(loss, "tpu:v6e:2x4")                  # one-shot: a worker of its own
 
 Targets: ``"tpu:v5e"`` (the generation's default topology), ``"tpu:v5e:2x4"``, ``"v6e:2x2"``.
-``CHIPS`` holds each generation's HBM, bandwidth and VMEM. Errors: ``MissingDependencyError``
+The TPU view of many programs (the diagnostics' view of a run, the pod view, TorchTPU's graphs)
+goes through ``compile_rows``: a ``Program`` (an HLO proto or StableHLO, its partition count) in,
+a ``TpuRow`` (the result, or why there is none) out. ``CHIPS`` holds each generation's HBM,
+bandwidth and VMEM. Errors: ``MissingDependencyError``
 (jax or libtpu absent: ``pip install 'xlabridge[tpu-compile]'``), ``UnknownTopologyError``,
 ``TpuCompileError`` (XLA:TPU refused the graph: its message and where the graph is saved) and
 ``TpuWorkerError`` (libtpu aborted the worker). A graph too large for the device's HBM is not
@@ -39,23 +42,30 @@ from xlabridge.tpu._compiler import (
 )
 from xlabridge.tpu._result import HbmUsage, TpuCompileResult
 from xlabridge.tpu._topology import KNOWN_TOPOLOGIES, Topology, resolve_target
+from xlabridge.tpu._view import Program, ProgramFormat, TpuRow, compile_program, compile_row, compile_rows
 
 __all__ = [
     "CHIPS",
     "DEFAULT_TARGET",
     "KNOWN_TOPOLOGIES",
     "ChipFacts",
+    "Program",
+    "ProgramFormat",
     "HbmUsage",
     "Topology",
     "TpuCompileError",
     "TpuCompileResult",
     "TpuCompiler",
+    "TpuRow",
     "TpuWorkerError",
     "UnknownTopologyError",
     "check_dependencies",
     "chip_facts",
     "compile_hlo_proto",
     "compile_jax",
+    "compile_program",
+    "compile_row",
+    "compile_rows",
     "compile_stablehlo",
     "compile_tensors",
     "resolve_target",

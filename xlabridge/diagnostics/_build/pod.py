@@ -1,7 +1,7 @@
 """The pod part of a report: XLA graphs a process ran (lazily traced ones too), the collectives
 of each, and differences between processes; built from the events of ``_pod``.
 
-What each collective means (``xlabridge.pod.classify``), which frame is the user's (the
+What each collective means (``causes.classify_collective``), which frame is the user's (the
 process's ``UserCodeRule``) and where a line of Dynamo's generated code came from (``fx_code``
 events: ``<eval_with_key>.N:L`` is mapped to the FX node's stack trace) are decided here, when
 the report is built.
@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._build import causes
 from xlabridge.diagnostics._frames import UNKNOWN, UserCodeRule
 from xlabridge.diagnostics.report import (
     CollectiveGroup,
@@ -69,7 +70,8 @@ def label(pid: int, rank: int | None) -> str:
 
 def divergences(processes: Sequence[tuple[str, Sequence[ev.Event], Callable[[str], bool]]]) -> tuple[list, list]:
     """``find_divergences`` over the processes that recorded their runs (two or more)."""
-    from xlabridge.pod import GraphSources, ProcessRun, find_divergences
+    from xlabridge.pod import ProcessRun, find_divergences
+    from xlabridge.pod._divergence import GraphSources
     from xlabridge.pod._lazy import GraphRun, classify_cause
 
     runs, rules = [], []
@@ -92,7 +94,7 @@ def divergences(processes: Sequence[tuple[str, Sequence[ev.Event], Callable[[str
 
 def add_run_graphs(report: Report, pid: int, events: Sequence[ev.Event], rule: UserCodeRule) -> None:
     """The graphs torch_xla's debug file recorded, and the collectives XLA compiled into each."""
-    from xlabridge.pod import PartitionedGraph, classify
+    from xlabridge.pod import PartitionedGraph
     from xlabridge.pod._lazy import GraphCause, classify_cause
 
     first = events[0]
@@ -124,7 +126,7 @@ def add_run_graphs(report: Report, pid: int, events: Sequence[ev.Event], rule: U
         graph_line = ev.Frame(row.filename, row.lineno, row.function) if row.lineno else UNKNOWN
         groups: dict[tuple, list] = {}
         for collective in graph.collectives:
-            cause_row = classify(collective, graph)
+            cause_row = causes.classify_collective(collective, graph)
             line = user_frame(rule, fx, collective.stack, collective.source)
             own = line is not UNKNOWN and line.lineno > 0
             groups.setdefault((collective.kind.value, cause_row.category, line if own else graph_line, own),

@@ -60,9 +60,6 @@ def environment() -> dict[str, Any]:
         "argv": list(sys.argv),
     }
     info.update(_xla_runtime())
-    from xlabridge.backend import cache
-
-    info["compilation_cache"] = cache.status()
     for name, part in _PARTS.items():
         value = part()
         if value is not None:

@@ -174,7 +174,8 @@ def _save_lazy_hlo(recorder: _recorder.Recorder, module, graph_hash: str) -> str
 
 def emit(recorder: _recorder.Recorder, capture_dir: Path) -> None:
     """Read this process's capture into ``recorder`` (at exit: the files are complete)."""
-    from xlabridge.pod import GraphCause, GraphSources, read_capture
+    from xlabridge.pod import GraphCause, read_capture
+    from xlabridge.pod._divergence import GraphSources
     from xlabridge.pod._lazy import classify_cause
 
     dump, sharing = _sharing(capture_dir)

@@ -4,7 +4,8 @@ Input: the run's events. Every ``xla_graph`` event whose module was saved (``hlo
 to ``base``: torch_xla's HLO proto, or the StableHLO of a TorchTPU partition) names a graph; distinct ``(hash, num_partitions)`` pairs
 are compiled once each, in one ``xlabridge.tpu.TpuCompiler`` worker (libtpu never loads in
 this process), after the user's code has finished, so the run's own steps are not slowed.
-Output: one ``tpu_compiled`` event per graph and one ``tpu_pass`` event with the pass's cost;
+Each graph is compiled by the TPU view (``xlabridge.tpu.compile_row``). Output: one
+``tpu_compiled`` event per graph and one ``tpu_pass`` event with the pass's cost;
 the report joins them to its XLA graphs by hash. A graph XLA:TPU refuses, or one whose worker
 dies, gets an event with the error and the pass goes on with the next graph.
 """
@@ -18,13 +19,9 @@ from pathlib import Path
 
 from xlabridge.diagnostics._observe import recorder as _recorder
 from xlabridge.diagnostics import events as ev
-from xlabridge.errors import MissingDependencyError, TpuCompileError, TpuWorkerError, UnknownTopologyError
+from xlabridge.errors import MissingDependencyError, TpuWorkerError, UnknownTopologyError
 
 logger = logging.getLogger(__name__)
-
-_ERROR_CHARS = 2000
-"""Characters of XLA:TPU's message kept in an event (the whole message stays in the graph's file)."""
-
 
 def check_target(target: str, *, argument: str = "tpu") -> str:
     """``target`` resolved to libtpu's topology name, or a clear error naming ``argument``.
@@ -107,6 +104,8 @@ def run(
 
 
 def _compile_one(compiler, graph: ev.XlaGraphSeen, base: Path, topology: str, save_tpu_hlo: bool) -> ev.TpuCompiled:
+    from xlabridge import tpu
+
     started = time.monotonic()
     common = {"hash": graph.hash, "num_partitions": graph.num_partitions, "hlo_file": graph.hlo_file}
 
@@ -121,13 +120,13 @@ def _compile_one(compiler, graph: ev.XlaGraphSeen, base: Path, topology: str, sa
         module = path.read_text(encoding="utf-8") if stablehlo else path.read_bytes()
     except OSError as error:
         return event(error=f"cannot read the graph's {'StableHLO' if stablehlo else 'HLO proto'} {path}: {error}")
-    compile_module = compiler.compile_stablehlo if stablehlo else compiler.compile_hlo_proto
-    try:
-        result = compile_module(module, num_partitions=graph.num_partitions, name=graph.hash[:16])
-    except TpuCompileError as error:
-        return event(error=f"XLA:TPU refused the graph: {error.xla_message[:_ERROR_CHARS]}")
-    except (TpuWorkerError, ValueError) as error:
-        return event(error=str(error)[:_ERROR_CHARS])
+    row = tpu.compile_row(compiler, tpu.Program(
+        graph.hash[:16], module, tpu.ProgramFormat.STABLEHLO if stablehlo else tpu.ProgramFormat.HLO_PROTO,
+        graph.num_partitions,
+    ))
+    if row.result is None:
+        return event(error=row.error)
+    result = row.result
     tpu_hlo_file = None
     if save_tpu_hlo and result.hlo:
         tpu_path = path.with_name(f"{path.name}.{topology.replace(':', '_')}.tpu.txt")

@@ -27,16 +27,25 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from xlabridge.diagnostics.events._base import (
+    Event,
+    EventType,
+    Frame,
+    GraphOrigin,
+    HloFormat,
+    ProbeState,
+    SCHEMA,
+    SegmentKind,
+    XlaPhase,
+    innermost,
+)
 from xlabridge.diagnostics.events._types import (
     BridgeGraph,
     CompilePath,
     CpuNode,
     DynamoCompile,
-    EagerOps,
     EVENT_CLASSES,
-    Event,
-    EventType,
-    Frame,
+    EagerOps,
     FxCode,
     FxLine,
     GraphBreak,
@@ -44,20 +53,15 @@ from xlabridge.diagnostics.events._types import (
     GraphCalls,
     GraphCaptured,
     GraphCollectives,
-    GraphOrigin,
-    HloFormat,
     Imported,
     LazyGraphSeen,
     LazyRun,
     LazyRuns,
     Partitioned,
-    ProbeState,
     ProbeStatus,
     ProcessEnd,
     ProcessStart,
     Recompile,
-    SCHEMA,
-    SegmentKind,
     SegmentRecord,
     Sync,
     TpuCompiled,
@@ -65,7 +69,6 @@ from xlabridge.diagnostics.events._types import (
     Transfer,
     XlaCompile,
     XlaGraphSeen,
-    XlaPhase,
 )
 
 __all__ = [
@@ -107,6 +110,7 @@ __all__ = [
     "XlaCompile",
     "XlaGraphSeen",
     "XlaPhase",
+    "innermost",
     "LogContents",
     "from_dict",
     "iter_lines",

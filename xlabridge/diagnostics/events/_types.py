@@ -6,116 +6,20 @@ Facts only, recorded raw; what they mean is decided when a report is built from 
 from __future__ import annotations
 
 import dataclasses
-import enum
 from typing import Any, ClassVar
 
 from xlabridge.diagnostics._fields import field as _field
-
-SCHEMA = "xlabridge.events/1"
-
-
-class EventType(str, enum.Enum):
-    """The type tag of each event (its ``type`` field in JSON)."""
-
-    PROCESS_START = "process_start"
-    PROBE_STATUS = "probe_status"
-    DYNAMO_COMPILE = "dynamo_compile"
-    GRAPH_CAPTURED = "graph_captured"
-    GRAPH_BREAK = "graph_break"
-    RECOMPILE = "recompile"
-    COMPILE_PATH = "compile_path"
-    BRIDGE_GRAPH = "bridge_graph"
-    PARTITIONED = "partitioned"
-    XLA_GRAPH = "xla_graph"
-    XLA_COMPILE = "xla_compile"
-    GRAPH_CALLED = "graph_called"
-    GRAPH_CALLS = "graph_calls"
-    TRANSFER = "transfer"
-    PROCESS_END = "process_end"
-    TPU_COMPILED = "tpu_compiled"
-    TPU_PASS = "tpu_pass"
-    LAZY_GRAPH = "lazy_graph"
-    LAZY_RUNS = "lazy_runs"
-    COLLECTIVES = "collectives"
-    FX_CODE = "fx_code"
-    IMPORTED = "imported"
-    SYNC = "sync"
-    EAGER_OPS = "eager_ops"
-
-
-class ProbeState(str, enum.Enum):
-    """What a probe could do in this process."""
-
-    OK = "ok"
-    """Installed, and it saw what it watches (or there was nothing for it to see)."""
-    UNAVAILABLE = "unavailable"
-    """It could not be installed: the upstream surface it reads is missing or changed."""
-    SILENT = "silent"
-    """Installed, but it did not fire where it should have (self-test or a cross-check)."""
-    FAILED = "failed"
-    """It raised while recording; the part of the report it feeds is incomplete."""
-
-
-class SegmentKind(str, enum.Enum):
-    """How a run of FX nodes executed inside one FX graph."""
-
-    XLA = "xla"
-    """One XLA graph."""
-    CPU = "cpu"
-    """One node run outside XLA, on the host."""
-    COLLECTIVE = "collective"
-    """A collective compiled as a program of its own (TorchTPU's split compiler cuts graphs there)."""
-
-
-class HloFormat(str, enum.Enum):
-    """The form in which an XLA graph's module was saved."""
-
-    HLO_PROTO = "hlo-proto"
-    """torch_xla's HLO module proto (``.hlo.pb``)."""
-    STABLEHLO = "stablehlo"
-    """StableHLO text (``.mlir``): TorchTPU's partitions, lowered here by torchax and ``jax.export``."""
-
-
-class XlaPhase(str, enum.Enum):
-    """When an XLA compilation happened, which says what it is nested in."""
-
-    EXTRACTION = "extraction"
-    """While torch_xla's bridge extracted an FX graph's XLA graphs (its first call)."""
-    CALL = "call"
-    """During a later call of a compiled FX graph (the bridge compiled again)."""
-    DYNAMO = "dynamo"
-    """While Dynamo compiled a frame."""
-    OUTSIDE = "outside"
-    """Anywhere else: lazy tensor code outside compiled graphs, ``torch_xla.sync()``."""
-
-
-class GraphOrigin(str, enum.Enum):
-    """Where an XLA graph came from."""
-
-    DYNAMO = "dynamo"
-    """Extracted by torch_xla's Dynamo bridge from an FX graph."""
-    LAZY = "lazy"
-    """Traced lazily (LazyTensor) outside compiled graphs."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Frame:
-    """One Python frame: file, line and function."""
-
-    filename: str = _field("source file, as the process saw it")
-    lineno: int = _field("line in ``filename``")
-    function: str = _field("function name")
-
-
-@dataclasses.dataclass(kw_only=True)
-class Event:
-    """Fields every event carries."""
-
-    type: ClassVar[EventType]
-    t: float = _field("``time.monotonic()`` of the emitting process, in seconds")
-    pid: int = _field("process id")
-    rank: int | None = _field("rank of the process in a distributed run, where known", None)
-    world: int | None = _field("number of processes in the run, where known", None)
+from xlabridge.diagnostics.events._base import (
+    Event,
+    EventType,
+    Frame,
+    GraphOrigin,
+    HloFormat,
+    ProbeState,
+    SCHEMA,
+    SegmentKind,
+    XlaPhase,
+)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -465,7 +369,7 @@ class GraphCollectives(Event):
         "``xlabridge.pod.PartitionedGraph.to_dict()``: collectives (kind, bytes, groups, executions, "
         "metadata, Python stack) and input shardings", factory=dict)
     sources: dict[str, Any] = _field(
-        "``xlabridge.pod.GraphSources.to_dict()``: its instructions' source lines and distinct stacks", factory=dict)
+        "``GraphSources.to_dict()`` (``xlabridge.pod``): its instructions' source lines and distinct stacks", factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

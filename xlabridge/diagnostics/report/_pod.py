@@ -45,7 +45,7 @@ class CollectiveGroup:
     count: int = _field("collectives per run of the graph (loop trip counts applied)")
     bytes: int = _field("bytes per run, per device: the whole tensor each works on (``xlabridge.pod._collectives``)")
     replica_groups: list[list[int]] = _field("device groups of the first (empty: all devices)", factory=list)
-    category: str = _field("the matching row of ``xlabridge.pod.COLLECTIVE_CAUSES``", "other")
+    category: str = _field("the matching row of the collective causes (``COLLECTIVE_CAUSES``)", "other")
     avoidable: bool = _field("whether that cause is usually avoidable", False)
     suggestion: str = _field("what to change", "")
     filename: str = _field("user source line that produced the tensor (none in its HLO, as for a backward pass's "

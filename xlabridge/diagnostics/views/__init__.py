@@ -1,7 +1,7 @@
-"""Views of a ``Report``: one section model (``sections.build``), rendered as text and as HTML,
+"""Views of a ``Report``: one section model (``_sections.build``), rendered as text and as HTML,
 and its timeline as a Chrome/Perfetto trace.
 
-``sections.build(report)`` decides what is shown, in which order, with which columns; the
+``_sections.build(report)`` decides what is shown, in which order, with which columns; the
 renderers only lay it out (``render_text``: a terminal table read in ten seconds;
 ``write_html``: a self-contained page that opens on the ranked findings and a timeline of the
 run, with a picture per FX graph and the report's JSON; ``write_trace``: trace-event JSON).
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xlabridge.diagnostics.views import _html as html, _text as text, _trace as trace
+from xlabridge.diagnostics.views import _html, _text, _trace
 
 if TYPE_CHECKING:
     from xlabridge.diagnostics.report import Report
@@ -24,16 +24,16 @@ __all__ = ["render_text", "write_html", "write_trace"]
 
 
 def render_text(report: Report) -> str:
-    """``report`` as terminal text (tables of at most ``text.WIDTH`` columns)."""
-    return text.render(report)
+    """``report`` as terminal text (tables of at most ``_text.WIDTH`` columns)."""
+    return _text.render(report)
 
 
 def write_html(report: Report, path: str | os.PathLike[str]) -> Path:
     """Write ``report`` as a self-contained HTML page at ``path``; returns the path."""
-    return html.write(report, Path(path))
+    return _html.write(report, Path(path))
 
 
 def write_trace(report: Report, path: str | os.PathLike[str]) -> Path:
     """Write ``report``'s timeline at ``path`` as Chrome trace-event JSON (Perfetto opens it): a process
     per pid, a thread per kind of span, a complete event per span; returns the path."""
-    return trace.write(report, Path(path))
+    return _trace.write(report, Path(path))

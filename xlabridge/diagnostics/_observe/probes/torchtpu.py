@@ -48,7 +48,7 @@ from xlabridge.diagnostics._observe import recorder as _recorder
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, status as _status, imports
 from xlabridge.diagnostics._observe.probes.dynamo_graphs import current_compile_id
-from xlabridge.diagnostics._observe.probes.torchtpu_seam import (
+from xlabridge.torchtpu._seam import (
     Partition,
     keep_constants,
     observe_compiler,
