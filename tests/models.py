@@ -47,6 +47,17 @@ def bert() -> tuple[torch.nn.Module, Callable[[torch.device], Inputs]]:
     return BertForMaskedLM(config), _token_batch
 
 
+def roberta() -> tuple[torch.nn.Module, Callable[[torch.device], Inputs]]:
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    config = RobertaConfig(
+        vocab_size=_VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=64 + 2, pad_token_id=1,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    return RobertaForMaskedLM(config), _token_batch
+
+
 def llama() -> tuple[torch.nn.Module, Callable[[torch.device], Inputs]]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -81,6 +92,7 @@ def resnet18() -> tuple[torch.nn.Module, Callable[[torch.device], Inputs]]:
 FACTORIES: dict[str, ModelFactory] = {
     "gpt2": gpt2,
     "bert": bert,
+    "roberta": roberta,
     "llama": llama,
     "t5": t5,
     "resnet18": resnet18,
