@@ -5,8 +5,8 @@ checked byte for byte against xlabridge.mx.to_mxfp8(x, dim=0).
 
     PYTHONPATH=. python3 tools/bench/mx_dim1_variants.py   # writes tools/bench/results/mx_dim1_variants.json ($OUT/ if set)
 
-Run with the kernel of e2d7e17 (4 warps); results in
-tools/bench/results/mx_dim1_variants_h100.json.
+The variants copy the kernel's body with 4 warps per program, so the results file says where
+the time of that version went; rerun it after changing the kernel.
 """
 import json
 import os
