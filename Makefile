@@ -1,7 +1,9 @@
 # Two commands do everything on a fresh machine with python3 and the package registry:
 #   make demo   a diagnostics report on the bundled example model, with its TPU view
-#   make test   the whole test suite on the pinned environment, then the compatibility suites
-#               on torch_xla 2.8 and on the newest torch without torch_xla, and the TorchTPU suite
+#   make test   the docs site built strictly, the whole test suite on the pinned environment, then the
+#               compatibility suites on torch_xla 2.8 and on the newest torch without torch_xla, and the
+#               TorchTPU suite
+#   (make docs  the docs site alone, into docs/_build/html)
 # Each creates (or reuses) the virtual environments it needs.
 
 PYTHON ?= python3
@@ -28,7 +30,7 @@ COMPAT_PYTEST_ARGS ?= -m "not slow"
 TORCHTPU_TESTS ?= tests/torchtpu
 TORCHTPU_PYTEST_ARGS ?=
 
-.PHONY: venv venvs demo lint test test-pinned test-xla28 test-torch-newest test-torchtpu clean
+.PHONY: venv venvs demo docs lint test test-pinned test-xla28 test-torch-newest test-torchtpu clean
 
 venv: $(STAMP)
 venvs: $(STAMP) $(STAMP_XLA28) $(STAMP_TORCH_NEWEST) $(STAMP_TORCHTPU)
@@ -63,7 +65,14 @@ DEMO_TPU ?= v5e:2x2
 demo: $(STAMP)
 	$(PY) -m xlabridge.cli report --tpu $(DEMO_TPU) --json xlabridge-demo.json --html xlabridge-demo.html -- $(PY) -m xlabridge.examples.demo
 
-test: lint test-pinned test-xla28 test-torch-newest test-torchtpu
+test: lint docs test-pinned test-xla28 test-torch-newest test-torchtpu
+
+# The docs site (docs/: Sphinx, MyST Markdown, the API reference from the docstrings), built from
+# scratch (-E) with every warning an error (-W; --keep-going lists them all first). Its code
+# examples run in the pinned suite (tests/docs).
+DOCS_OUT ?= docs/_build/html
+docs: $(STAMP)
+	$(PY) -m sphinx -b html -E -W --keep-going -q docs $(DOCS_OUT)
 
 # pyflakes, first and in seconds: an undefined name in a slow test would otherwise fail the run
 # 18 minutes in. Unused imports are allowed (some load a module for its registrations).
@@ -85,4 +94,4 @@ test-torchtpu: $(STAMP_TORCHTPU)
 	$(VENV_TORCHTPU)/bin/python -m pytest $(TORCHTPU_TESTS) $(TORCHTPU_PYTEST_ARGS) $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VENV_XLA28) $(VENV_TORCH_NEWEST) $(VENV_TORCHTPU) build *.egg-info
+	rm -rf $(VENV) $(VENV_XLA28) $(VENV_TORCH_NEWEST) $(VENV_TORCHTPU) build *.egg-info docs/_build

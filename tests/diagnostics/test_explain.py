@@ -239,7 +239,7 @@ HLO_CASES = [
 @pytest.mark.parametrize(("fn", "op", "category"), HLO_CASES, ids=[c[0].__name__ for c in HLO_CASES])
 def test_hlo_breaks_of_forward_only_graphs_are_openxla_s(fn, op, category, xla_device):
     """The forward-only path lists the same HLO lowering breaks as openxla: indexing with a CPU
-    index, ``.cpu()``, method calls (issue 12, bug 2)."""
+    index, ``.cpu()``, method calls, so the report does not depend on the path a graph took."""
     args = (torch.randn(6, 4, device=xla_device), torch.tensor([0, 2])) if fn is index_with_cpu_index else (
         torch.randn(5, device=xla_device),)
     seen = {}
@@ -268,7 +268,7 @@ def test_a_recompile_for_another_backend_carries_a_reason(xla_device):
 
 def test_recompiles_of_a_compiled_module_are_located_at_the_user_s_call(xla_device):
     """``torch.compile(nn.Sequential(...))`` compiles a wrapper in torch/_dynamo/external_utils.py;
-    the report locates its recompiles at the user's line that called the module (bug 3)."""
+    the report locates its recompiles at the user's line that called the module, the line to change."""
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).to(xla_device)
     compiled = torch.compile(model, backend="openxla", dynamic=False)
     with xd.diagnose() as report:

@@ -1,4 +1,4 @@
-"""The report people act on (issue 18): every second explained, every row located, findings
+"""The report people act on: every second explained, every row located, findings
 ranked by what they cost, each checked against a measure taken outside the diagnostics.
 
 * Time: a script measures its own imports and syncs with ``time.monotonic()`` around them; the

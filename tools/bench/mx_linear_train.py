@@ -13,8 +13,8 @@ a transformer training step (d=1024, 8 heads, 2 blocks, 4096 tokens) for v5e and
 torch_xla with the TPU lowering (``xlabridge.hlo.kernel_count``), bf16 and MX, and reports
 kernels, Mosaic custom calls and HBM per device.
 
-    PYTHONPATH=. python tools/bench/mx_linear_train.py --train --out train.json
-    PYTHONPATH=. python tools/bench/mx_linear_train.py --tpu --out tpu.json
+    PYTHONPATH=. python tools/bench/mx_linear_train.py --train   # writes tools/bench/results/mx_linear_train.json
+    PYTHONPATH=. python tools/bench/mx_linear_train.py --tpu     # writes tools/bench/results/mx_linear_train_tpu.json
 """
 
 from __future__ import annotations
@@ -154,12 +154,16 @@ def main() -> None:
     parser.add_argument("--train", action="store_true")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--tpu", action="store_true")
-    parser.add_argument("--out", default="mx_linear_train.json")
+    parser.add_argument("--out", help="default: tools/bench/results/mx_linear_train.json (_tpu.json with --tpu alone)")
     args = parser.parse_args()
+    args.out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "mx_linear_train_tpu.json" if args.tpu and not args.train else "mx_linear_train.json")
     results: dict = {"command": " ".join(sys.argv)}
     if args.train:
         results["train"] = train_side(args.steps)
     if args.tpu:
+        import importlib.metadata
+
+        results["libtpu"] = importlib.metadata.version("libtpu")
         results["tpu"] = tpu_side()
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)

@@ -27,7 +27,7 @@ Why it is written this way:
   can be an extra output of the reduction's fusion. XLA:GPU does put it there, but computes the
   per-block maximum in a separate kernel rather than once per element: two kernels, and slower
   than two_pass. ``recompute_wide`` broadcasts each slice first so no per-block intermediate
-  exists; XLA:GPU still splits it. Measured in tools/bench/results/mx_cast_h100.json; the one-
+  exists; XLA:GPU still splits it. Measured in tools/bench/results/mx_cast.json; the one-
   kernel XLA:GPU cast is the Pallas kernel of ``_pallas.py``, whose body is this code.
 """
 

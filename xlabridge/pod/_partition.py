@@ -8,7 +8,7 @@ an SPMD graph (GSPMD, one replica, ``num_partitions`` partitions, output shardin
 propagation) with jaxlib's XLA:CPU client, in a worker process with ``num_partitions`` host
 devices, and returns the optimized module text for ``xlabridge.pod.analyze``.
 
-It costs a process start (about 1-2 s) plus well under a second per graph, outside the user's
+It costs a process start plus a compile per graph, outside the user's
 steps, and needs no environment set before the run. jaxlib's XLA is not torch_xla's build, so
 the result is checked against what torch_xla itself ran (``tests/pod``): on the models tested
 the collectives are the same. For a TPU topology compile the same proto with ``xlabridge.tpu``

@@ -98,7 +98,7 @@ def skip_tpu_metadata_query() -> bool:
 
     Returns whether it was set here. Off a TPU VM, libtpu's PJRT client, which TorchTPU starts
     at the first ``backward()`` of the process (the autograd engine asks its device guard for a
-    device count), retries that server for minutes before giving up (docs/torchtpu.md).
+    device count), retries that server for minutes before giving up (docs/guides/torchtpu.md).
     """
     if _env.get(_env.TPU_SKIP_MDS_QUERY) is not None or tpu_present():
         return False

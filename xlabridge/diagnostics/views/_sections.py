@@ -217,7 +217,7 @@ def _tpu(report: Report) -> Section | None:
         section.notes.append(
             "TorchTPU's graphs were lowered to StableHLO here by torchax and jax.export, not by TorchTPU's own "
             "lowering (it runs only on a TPU): kernels and HBM are XLA:TPU's for that StableHLO, whose ops can differ "
-            "from TorchTPU's (its Pallas and fused kernels; docs/torchtpu.md)")
+            "from TorchTPU's (its Pallas and fused kernels; docs/guides/torchtpu.md)")
     rows = []
     for g in view.graphs:
         if not g.compiled:

@@ -101,7 +101,7 @@ def _warn_relayouts(p, dtype: torch.dtype, generation: str | None) -> None:
         MosaicRelayoutWarning(
             f"xlabridge.mx.to_mxfp8 on TPU {generation or '(generation unknown)'}: an input of shape "
             f"{tuple(p.shape)} and dtype {str(dtype).removeprefix('torch.')} is at least {p.kernel_count} kernels, not 1: "
-            f"{'; '.join(p.relayouts)} (see the README, MXFP8 on TPU)"
+            f"{'; '.join(p.relayouts)} (see docs/guides/mxfp8.md, on TPU)"
         ),
         stacklevel=4,
     )

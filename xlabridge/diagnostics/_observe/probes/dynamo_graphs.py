@@ -9,8 +9,8 @@ For graphs compiled by other backends (``openxla``...), ``OutputGraph.call_user_
 wrapped: it is the call that hands a graph to whatever backend was chosen. This stays a patch
 because nothing else gives the fact: the structured trace (``torch._logging``) carries the same
 graphs and break reasons, but a handler on it makes torch build every payload of every event
-(graph dumps, tensor descriptions, inductor configs: measured +18% on GPT-2's first training
-call here); the ``graph_breaks`` log channel can only be turned on with torch's own handlers,
+(graph dumps, tensor descriptions, inductor configs: work on every compilation that observing
+must not add); the ``graph_breaks`` log channel can only be turned on with torch's own handlers,
 which then print to the user's stderr; compilation metrics carry no break location. The
 wrapper calls the original and records nothing for a graph its backend reported itself.
 Checked on torch 2.8.0, 2.9.0 and 2.15.0 (``call_user_compiler(self, gm, example_inputs)``).

@@ -15,7 +15,7 @@ no per-partition inputs, stacks or timing: so four names are wrapped, each calli
 * ``TpuBackend._compile_graph_module``: one forward or backward graph, its partitions, its time;
 * ``_SplitCompiledExecutable.__call__``: the calls of each observed graph;
 * without a TPU only (``stand_in()``): ``StaticCompiler._compile`` returns a runner of the
-  partition on the CPU instead of lowering it (``fx_to_mlir`` needs a chip: docs/torchtpu.md),
+  partition on the CPU instead of lowering it (``fx_to_mlir`` needs a chip: docs/guides/torchtpu.md),
   ``mark_embedded_constants.apply`` is skipped (it moves constants to the ``tpu`` device,
   which FakeTensor propagation beside CPU inputs then refuses), and ``TpuBackend.__call__``
   traces attention in its math form (``with_math_attention``). Without a TPU TorchTPU's backend
