@@ -9,6 +9,14 @@ class MissingDependencyError(XlabridgeError, ImportError):
     """An optional dependency (torch_xla, Triton, JAX, a C++ compiler) is needed but absent."""
 
 
+class UpstreamChangedError(XlabridgeError, AttributeError):
+    """A private torch, torch_xla, torch_tpu or JAX name that xlabridge reaches (``xlabridge._upstream``)
+    is missing from the installed release; the message names it, the release and the releases checked.
+
+    An ``AttributeError``, as the missing name itself would have raised, so code that tolerates a
+    vanished surface (the diagnostics' probes) keeps doing so."""
+
+
 class DeviceMismatchError(XlabridgeError, ValueError):
     """Inputs of one compiled graph live on devices that cannot be compiled together."""
 
