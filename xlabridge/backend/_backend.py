@@ -28,6 +28,7 @@ import torch
 
 from xlabridge.backend import _path as _compile_path, _forward_only, cache
 from xlabridge import _optional
+from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics import _api as diagnostics
 from xlabridge.backend._path import PathKind
 from xlabridge.backend._options import BackendOptions
@@ -71,8 +72,7 @@ def _enable_autocast_parity(gm: torch.fx.GraphModule) -> None:
 
 
 def _compile_for_xla(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], where: Placement) -> Callable:
-    from torch._dynamo.backends import torchxla
-
+    torchxla = upstream_torch.torchxla_backends()
     path = _compile_path.choose(gm, example_inputs)
     logger.debug("XLA graph (%s): %s, %s", where.value, path.name.value, path.reason)
     diagnostics.record_compile_path(
@@ -84,14 +84,12 @@ def _compile_for_xla(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], wh
 
 
 def _compile_for_torchtpu(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], where: Placement) -> Callable:
-    from torch._dynamo.backends.registry import lookup_backend
-
     reason = "a tensor on TorchTPU's tpu device" if where is Placement.TPU else (
         "all tensors on the CPU, TorchTPU installed" + (", no TPU: run on CPU in its place while diagnosed"
                                                          if diagnostics.torchtpu_stand_in() else ""))
     diagnostics.record_compile_path(target=Target.TORCHTPU.value, path=PathKind.TORCHTPU.value, reason=reason,
                                     cpu_only=where is Placement.CPU_ONLY)
-    return lookup_backend("tpu")(gm, example_inputs)
+    return upstream_torch.lookup_backend("tpu")(gm, example_inputs)
 
 
 def _torchtpu_for_cpu() -> bool:
@@ -100,9 +98,7 @@ def _torchtpu_for_cpu() -> bool:
 
 
 def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-    from torch._inductor.compile_fx import compile_fx
-
-    return compile_fx(gm, example_inputs)
+    return upstream_torch.inductor_compile(gm, example_inputs)
 
 
 def xlabridge_backend(

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics._observe import pod as _pod, recorder as _recorder, session as _session, tpu_pass as _tpu_pass
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._build.report import build_report
@@ -84,7 +85,7 @@ def explain(fn: Callable[..., Any], *, backend: str = "xlabridge", tpu: str | No
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Report:
-        torch._dynamo.reset()
+        upstream_torch.dynamo_reset()
         with diagnose(tpu=tpu) as report:
             torch.compile(fn, backend=backend)(*args, **kwargs)
         return report

@@ -17,6 +17,7 @@ import functools
 import torch
 
 from xlabridge import _optional
+from xlabridge._upstream import torch_xla as upstream_xla
 from xlabridge.mx import _constants as C
 from xlabridge.mx import _formulation
 
@@ -202,9 +203,7 @@ def _bitcast_computation(shape: tuple[int, ...], dtype: torch.dtype, to: torch.d
 def bitcast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """XLA tensor ``x``'s bits as ``dtype`` of the same width, lazily (torch_xla 2.9 has no lazy
     ``Tensor.view(dtype)``; see the module docstring)."""
-    import torch_xla
-
-    (out,) = torch_xla._XLAC._xla_user_computation("xlabridge::bitcast", [x], _bitcast_computation(tuple(x.shape), x.dtype, dtype))
+    (out,) = upstream_xla.user_computation("xlabridge::bitcast", [x], _bitcast_computation(tuple(x.shape), x.dtype, dtype))
     return out
 
 
@@ -215,35 +214,27 @@ def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str, strategy: str = "t
     output; XLA:CPU puts only same-shape outputs in one kernel), and on XLA:GPU (measured through JAX on an
     H100) its three kernels ran faster than the two of ``recompute`` (tools/bench/results/mx_cast.json).
     """
-    import torch_xla
-
     computation = _cast_computation(tuple(x.shape), x.dtype, block_size, rounding, strategy)
-    data, scale = torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_cast", [x], computation)
+    data, scale = upstream_xla.user_computation("xlabridge::mxfp8_cast", [x], computation)
     return data, scale
 
 
 def to_mxfp8_dim(x: torch.Tensor, block_size: int, rounding: str, dim: int):
     """``(data, scale)`` of ``x.movedim(dim, -1)``: one XLA computation, the transpose inside it
     (XLA fuses it into the cast's kernels where it can)."""
-    import torch_xla
-
     computation = _cast_dim_computation(tuple(x.shape), x.dtype, block_size, rounding, dim)
-    data, scale = torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_cast_dim", [x], computation)
+    data, scale = upstream_xla.user_computation("xlabridge::mxfp8_cast_dim", [x], computation)
     return data, scale
 
 
 def to_mxfp8_both(x: torch.Tensor, block_size: int, rounding: str):
     """``(row data, row scale, col data, col scale)`` of ``x`` from one XLA computation."""
-    import torch_xla
-
     computation = _cast_both_computation(tuple(x.shape), x.dtype, block_size, rounding)
-    return tuple(torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_cast_both", [x], computation))
+    return tuple(upstream_xla.user_computation("xlabridge::mxfp8_cast_both", [x], computation))
 
 
 def from_mxfp8(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
     """Dequantized XLA tensor of ``dtype``, from one XLA computation."""
-    import torch_xla
-
     computation = _dequantize_computation(tuple(data.shape), block_size, dtype)
-    (values,) = torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_dequantize", [data, scale], computation)
+    (values,) = upstream_xla.user_computation("xlabridge::mxfp8_dequantize", [data, scale], computation)
     return values

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics._observe import recorder as _recorder
 from xlabridge.diagnostics import events as ev
@@ -44,7 +45,7 @@ _SELF_REPORTED: set[str] = set()
 
 
 def current_compile_id() -> str:
-    compile_id = torch._guards.CompileContext.current_compile_id()
+    compile_id = upstream_torch.current_compile_id()
     return "" if compile_id is None else str(compile_id)
 
 
@@ -86,12 +87,9 @@ def record(gm: torch.fx.GraphModule, backend: str) -> None:
 
 
 def _backend_name(compiler_fn: Any) -> str:
-    from torch._dynamo.backends import registry
-
-    original = compiler_fn
-    for attribute in ("_torchdynamo_orig_backend", "compiler_fn"):
-        original = getattr(original, attribute, original)
-    for name, fn in registry._COMPILER_FNS.items():
+    original = upstream_torch.original_backend(compiler_fn)
+    original = getattr(original, "compiler_fn", original)
+    for name, fn in upstream_torch.dynamo_backends().items():
         if fn is original:
             return name
     return getattr(original, "__name__", type(original).__name__)
@@ -119,6 +117,4 @@ def _wrap_call_user_compiler(original: Any) -> Any:
 
 
 def install(installation: Installation) -> None:
-    from torch._dynamo import output_graph
-
-    installation.replace(output_graph.OutputGraph, "call_user_compiler", _wrap_call_user_compiler)
+    installation.replace(upstream_torch.output_graph(), "call_user_compiler", _wrap_call_user_compiler)
