@@ -12,7 +12,7 @@ device); graphs on CUDA, or anywhere without torch_xla, go to inductor, so the s
 runs on a GPU or CPU machine. On a TorchTPU machine (torch 2.11 and later, ``torch_tpu``), graphs
 with a tensor on its ``tpu`` device go to ``backend="tpu"`` (``_placement`` says when CPU graphs
 do too), as the same Dynamo graph would reach it, so its results are TorchTPU's. Each graph, and the path chosen with its reason, goes to the
-diagnostics (``xlabridge.diagnostics._api.record_graph`` / ``record_compile_path``, which do nothing
+diagnostics (``xlabridge.diagnostics._observe.hooks.record_graph`` / ``record_compile_path``, which do nothing
 unless a report is being collected); the persistent cache (``xlabridge.backend.cache``) is configured
 before the first XLA graph compiles.
 """
@@ -29,7 +29,7 @@ import torch
 from xlabridge.backend import _path as _compile_path, _forward_only, cache
 from xlabridge import _optional
 from xlabridge._upstream import torch as upstream_torch
-from xlabridge.diagnostics import _api as diagnostics
+from xlabridge.diagnostics._observe import hooks as diagnostics
 from xlabridge.backend._path import PathKind
 from xlabridge.backend._options import BackendOptions
 from xlabridge.backend._placement import Placement, Target, describe_inputs, resolve_target

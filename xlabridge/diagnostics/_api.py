@@ -17,7 +17,6 @@ from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics._observe import pod as _pod, recorder as _recorder, session as _session, tpu_pass as _tpu_pass
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._build.report import build_report
-from xlabridge.diagnostics._observe.probes import dynamo_graphs, torchtpu
 from xlabridge.diagnostics.report import Report
 
 
@@ -134,38 +133,3 @@ def read_run(directory: str | os.PathLike[str], *, tpu: str | None = None, progr
     if skipped:
         report.warnings.append(f"{skipped} events of types this xlabridge does not know were skipped")
     return report
-
-
-def record_graph(gm: torch.fx.GraphModule, *, backend: str) -> None:
-    """A backend reports an FX graph Dynamo handed it (the ``xlabridge`` backend does, for each
-    one): the graph, its op count and the graph break that ends it, as ``torch._dynamo.explain``
-    reads them. Does nothing unless a report is being collected."""
-    dynamo_graphs.record(gm, backend)
-
-
-def record_compile_path(*, target: str, path: str, reason: str, cpu_only: bool = False) -> None:
-    """A backend reports where and how it compiles the graph Dynamo is compiling now."""
-    if not _recorder.active():
-        return
-    _recorder.emit(ev.CompilePath(
-        **_recorder.stamp(), compile_id=dynamo_graphs.current_compile_id(), target=target, path=path,
-        reason=reason, cpu_only=cpu_only,
-    ))
-
-
-def torchtpu_stand_in() -> bool:
-    """Whether TorchTPU's programs run on CPU in their place now: observed, torch_tpu installed, no TPU.
-
-    Then ``backend="tpu"`` (and ``xlabridge`` on a TorchTPU machine) compiles as far as TorchTPU can
-    without a chip, and each partition it would lower runs on CPU and is reported (``torchtpu`` probe).
-    """
-    from xlabridge import _optional
-
-    return _recorder.active() and _optional.is_available("torch_tpu") and torchtpu.stand_in()
-
-
-def tpu_present() -> bool:
-    """Whether torch_tpu finds a TPU on this machine (False without torch_tpu)."""
-    from xlabridge import _optional
-
-    return _optional.is_available("torch_tpu") and torchtpu.tpu_present()

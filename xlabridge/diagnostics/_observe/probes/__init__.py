@@ -10,7 +10,7 @@ through one mechanism, ``Installation``; every wrapper calls the original it wra
                        intervals) and ``torch._dynamo.utils.get_compilation_metrics()``
                        (recompile reasons): no patch
 ``dynamo.graphs``      graphs handed to a backend: the ``xlabridge`` backend reports its own
-                       through ``xlabridge.diagnostics._api.record_graph``; for other backends a
+                       through ``xlabridge.diagnostics._observe.hooks.record_graph``; for other backends a
                        wrapper of ``OutputGraph.call_user_compiler`` (patch)
 ``xla.helper``         ``torch._dynamo.backends.torchxla.xla_backend_helper`` (patch): the FX
                        graphs torch_xla's bridge compiles, and each call of them
