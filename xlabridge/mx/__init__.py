@@ -46,6 +46,7 @@ from __future__ import annotations
 from xlabridge.mx._api import MXTensor, from_mxfp8, to_mxfp8, to_mxfp8_both
 from xlabridge.mx._constants import (
     DEFAULT_BLOCK_SIZE,
+    E2M1_MAX,
     E4M3_MAX,
     E8M0_BIAS,
     E8M0_NAN,
@@ -53,18 +54,23 @@ from xlabridge.mx._constants import (
     Rounding,
 )
 from xlabridge.mx._linear import MXLinear, mx_linear
+from xlabridge.mx._mxfp4 import MXFP4Tensor, from_mxfp4, to_mxfp4
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
+    "E2M1_MAX",
     "E4M3_MAX",
     "E8M0_BIAS",
     "E8M0_NAN",
     "ROUNDING_MODES",
+    "MXFP4Tensor",
     "MXLinear",
     "MXTensor",
     "Rounding",
+    "from_mxfp4",
     "from_mxfp8",
     "mx_linear",
+    "to_mxfp4",
     "to_mxfp8",
     "to_mxfp8_both",
 ]

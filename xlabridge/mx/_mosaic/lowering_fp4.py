@@ -1,0 +1,3 @@
+"""placeholder"""
+def cast_takes(x, block_size): return False
+def dequantize_takes(d, b, t): return False
