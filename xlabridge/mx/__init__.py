@@ -55,6 +55,7 @@ from xlabridge.mx._constants import (
 )
 from xlabridge.mx._linear import MXLinear, mx_linear
 from xlabridge.mx._mxfp4 import MXFP4Tensor, from_mxfp4, to_mxfp4
+from xlabridge.mx._mxfp4_linear import MXFP4Linear, mxfp4_expert_linear, mxfp4_linear
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -63,6 +64,7 @@ __all__ = [
     "E8M0_BIAS",
     "E8M0_NAN",
     "ROUNDING_MODES",
+    "MXFP4Linear",
     "MXFP4Tensor",
     "MXLinear",
     "MXTensor",
@@ -70,6 +72,8 @@ __all__ = [
     "from_mxfp4",
     "from_mxfp8",
     "mx_linear",
+    "mxfp4_expert_linear",
+    "mxfp4_linear",
     "to_mxfp4",
     "to_mxfp8",
     "to_mxfp8_both",

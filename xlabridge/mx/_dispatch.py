@@ -10,6 +10,8 @@ stays one Triton launch. The fake implementations give shapes.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from xlabridge.mx import _checks, _eager as _torch_ops
@@ -186,3 +188,43 @@ def mxfp4_dequantize(data: torch.Tensor, scale: torch.Tensor, block_size: int, d
 @mxfp4_dequantize.register_fake
 def _(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
     return data.new_empty(data.shape[:-1] + (2 * data.shape[-1],), dtype=dtype)
+
+
+def _route_fp4_matmul(x, data, scale, expert_ids, bias, block_size):
+    if x.device.type == "xla":
+        from xlabridge.mx._mosaic import lowering_fp4 as _tpu_fp4
+
+        if _tpu_fp4.matmul_takes(x, data, block_size):
+            return _tpu_fp4.matmul(x, data, scale, expert_ids, bias, block_size)
+    elif x.device.type == "cuda":
+        from xlabridge.mx._triton import fp4_matmul as _triton_fp4_matmul
+
+        if _triton_fp4_matmul.supports(x, block_size):
+            return _triton_fp4_matmul.matmul(x, data, scale, expert_ids, bias)
+    return _dequantized_matmul(x, data, scale, expert_ids, bias, block_size)
+
+
+def _dequantized_matmul(x, data, scale, expert_ids, bias, block_size):
+    """The definition: the weight dequantized to ``x``'s dtype, then a batched ``linear``."""
+    weight = mxfp4_dequantize(data, scale, block_size, x.dtype)
+    if expert_ids is not None:
+        weight = weight[expert_ids.long()]
+        bias = None if bias is None else bias[expert_ids.long()]
+    if bias is None:
+        return torch.bmm(x, weight.transpose(-1, -2))
+    # one rounding of product plus bias, as torch.nn.functional.linear's addmm
+    return torch.baddbmm(bias.to(x.dtype)[:, None, :].expand(x.shape[0], x.shape[1], -1), x, weight.transpose(-1, -2))
+
+
+@torch.library.custom_op("xlabridge::mxfp4_matmul", mutates_args=())
+def mxfp4_matmul(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, expert_ids: Optional[torch.Tensor],
+                 bias: Optional[torch.Tensor], block_size: int) -> torch.Tensor:
+    """``y[a] = x[a] @ W[e].T (+ bias[e])``, ``e = expert_ids[a]`` (or ``a``): ``x`` ``[A, M, K]``, ``W``
+    the MXFP4 tensor (``data`` ``[E, N, K/2]``, ``scale`` ``[E, N, K/block_size]``), ``y`` ``[A, M, N]``
+    in ``x``'s dtype. On CUDA and TPU the weight stays MXFP4 in memory (one kernel)."""
+    return _route_fp4_matmul(x, data, scale, expert_ids, bias, block_size)
+
+
+@mxfp4_matmul.register_fake
+def _(x, data, scale, expert_ids, bias, block_size):
+    return x.new_empty((x.shape[0], x.shape[1], data.shape[-2]))
