@@ -57,8 +57,10 @@ class Storage(str, enum.Enum):
     """``[E, C, N]``: ``N`` along the lanes; blocks of it are the kernel's ``Wt`` tiles as they lie."""
     OUTER = "outer"
     """``[C, E, N]``: ``C`` outermost, the experts second-minor (for ``E`` a multiple of 8 and ``C`` not,
-    such as gpt-oss's 32 experts' 90 scale bytes per row). No block of it is a legal Pallas block
-    (its second-minor would be one expert), so the kernel copies each ``C x tn`` window by DMA."""
+    such as gpt-oss's 32 experts' 90 scale bytes per row). One expert's rows are no legal block (nor
+    DMA window: the experts are the second-minor of the HBM tiles), so the kernel takes the array as
+    ``[C * E, N]`` (the same bytes) in blocks of every expert's rows of a column tile, read once per
+    tile (the grid walks the groups innermost), and picks an expert's rows with a strided load."""
 
 
 _MINOR_TO_MAJOR = {(2, 1, 0): Storage.ROWS, (1, 2, 0): Storage.K_MAJOR, (1, 0, 2): Storage.OUTER}
@@ -92,8 +94,11 @@ def weight_layouts(n: int, k: int, experts: int | None) -> WeightLayouts | None:
 
 
 def stored(a, layout: Storage):
-    """An ``[E, N, C]`` array as the kernel takes it: transposed to its physical order (free in XLA)."""
-    return {Storage.ROWS: a, Storage.K_MAJOR: jnp.swapaxes(a, 1, 2), Storage.OUTER: jnp.transpose(a, (2, 0, 1))}[layout]
+    """An ``[E, N, C]`` array as the kernel takes it: in its physical order (free in XLA), ``OUTER``
+    as ``[C * E, N]``."""
+    if layout is Storage.OUTER:
+        return jnp.transpose(a, (2, 0, 1)).reshape(a.shape[2] * a.shape[0], a.shape[1])
+    return jnp.swapaxes(a, 1, 2) if layout is Storage.K_MAJOR else a
 
 
 def tiles_for(n: int, k: int) -> tuple[int, int]:
@@ -118,27 +123,7 @@ def _decode_chunk(packed, first_factor, second_factor, is_nan, wt_ref, group, ro
             spread(is_nan), jnp.float32(jnp.nan), values)
 
 
-def _fetch_outer_scales(hbm_ref, buf_ref, sem, n, tn: int, n_total: int):
-    """Copy columns ``n * tn ...`` of every expert's scale bytes from an ``OUTER`` array (``[C, E, N]``
-    in HBM) into ``buf_ref`` (``[C, E, tn]``), by DMA; the last column tile may be partial. (A window
-    of one expert is not a legal DMA: the experts are the HBM tiles' second-minor dimension.)"""
-    full, tail = divmod(n_total, tn)
-
-    @pl.when(n < full)
-    def _():
-        copy = pltpu.make_async_copy(hbm_ref.at[:, :, pl.ds(pl.multiple_of(n * tn, tn), tn)], buf_ref, sem)
-        copy.start()
-        copy.wait()
-
-    if tail:
-        @pl.when(n == full)
-        def _():
-            copy = pltpu.make_async_copy(hbm_ref.at[:, :, pl.ds(full * tn, tail)], buf_ref.at[:, :, pl.ds(0, tail)], sem)
-            copy.start()
-            copy.wait()
-
-
-def _kernel(*refs, has_ids: bool, has_bias: bool, layouts: WeightLayouts, k_steps: int, tn: int, tk: int, n_total: int):
+def _kernel(*refs, has_ids: bool, has_bias: bool, layouts: WeightLayouts, k_steps: int, tn: int, tk: int):
     ids_ref = refs[0] if has_ids else None
     refs = list(refs[1:] if has_ids else refs)
     x_ref, w_ref, s_ref = refs[:3]
@@ -154,18 +139,15 @@ def _kernel(*refs, has_ids: bool, has_bias: bool, layouts: WeightLayouts, k_step
     def _():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    w_tile = w_ref.at[0]
     # the tile's scale bytes as int32 [blocks, tn] (K-major), for dynamic row slices per chunk
     if layouts.scale is Storage.OUTER:
-        scale_buf, all_codes_ref, sem = outer
-        experts = scale_buf.shape[1]
+        (all_codes_ref,) = outer
+        experts = s_ref.shape[0] // n_blocks
 
-        @pl.when(a == 0)  # every expert's bytes of this column tile, once: the grid walks the groups innermost
+        @pl.when(a == 0)  # the grid walks the groups of one column tile innermost: convert its bytes once
         def _():
-            _fetch_outer_scales(s_ref, scale_buf, sem, n, tn, n_total)
             for g, width in groups:
-                all_codes_ref.at[g][:, pl.ds(0, width)] = scale_buf[:, :, pl.ds(g * LANES, width)].astype(
-                    jnp.int32).reshape(n_blocks * experts, width)
+                all_codes_ref.at[g][:, pl.ds(0, width)] = s_ref[:, pl.ds(g * LANES, width)].astype(jnp.int32)
 
         for g, width in groups:
             codes_ref[:n_blocks, pl.ds(g * LANES, width)] = all_codes_ref.at[g][pl.ds(e, n_blocks, stride=experts),
@@ -181,9 +163,9 @@ def _kernel(*refs, has_ids: bool, has_bias: bool, layouts: WeightLayouts, k_step
         codes = codes_ref[pl.ds(block0, width * 2 // BLOCK_SIZE), columns]
         first_factor, second_factor = _formulation.split_scale(ops, codes)
         if layouts.data is Storage.ROWS:
-            packed = w_tile[columns, pl.ds(byte0, width)].astype(jnp.int32).T
+            packed = w_ref[0, columns, pl.ds(byte0, width)].astype(jnp.int32).T
         else:
-            packed = w_tile[pl.ds(byte0, width), columns].astype(jnp.int32)
+            packed = w_ref[0, pl.ds(byte0, width), columns].astype(jnp.int32)
         _decode_chunk(packed, first_factor, second_factor, codes == C.E8M0_NAN, wt_ref, g, 2 * byte0)
 
     full, tail = divmod(tk_bytes, CHUNK_BYTES)
@@ -204,7 +186,7 @@ def _kernel(*refs, has_ids: bool, has_bias: bool, layouts: WeightLayouts, k_step
     def _():
         result = acc_ref[:, :tn]
         if has_bias:
-            row = e % bias_ref.shape[0] if bias_ref.shape[0] > 1 else 0
+            row = lax.rem(e, bias_ref.shape[0]) if bias_ref.shape[0] > 1 else 0
             result = result + bias_ref[pl.ds(row, 1), :].astype(jnp.float32)
         out_ref[0] = result.astype(out_ref.dtype)
 
@@ -217,10 +199,10 @@ def supports(layouts: WeightLayouts | None, k: int) -> bool:
     return layouts.scale is not Storage.OUTER or tiles_for(1 << 30, k)[1] == k
 
 
-def _weight_spec(layout: Storage, rows: int, tn: int, index):
+def _weight_spec(layout: Storage, rows: int, tn: int, index, array):
     """The BlockSpec of a weight array (``rows`` of ``C`` per step) in its ``Storage``."""
-    if layout is Storage.OUTER:
-        return pl.BlockSpec(memory_space=pltpu.ANY)
+    if layout is Storage.OUTER:  # [C * E, N]: every expert's rows of a column tile (one K step)
+        return pl.BlockSpec((array.shape[0], tn), index(lambda e, a, n, k: (0, n)))
     if layout is Storage.K_MAJOR:
         return pl.BlockSpec((1, rows, tn), index(lambda e, a, n, k: (e, k, n)))
     return pl.BlockSpec((1, tn, rows), index(lambda e, a, n, k: (e, n, k)))
@@ -245,11 +227,12 @@ def matmul(x, data, scale, ids=None, bias=None, *, layouts: WeightLayouts, inter
         return lambda n, a, k: fn(a, a, n, k)
 
     in_specs = [pl.BlockSpec((1, M, tk), index(lambda e, a, n, k: (a, 0, k))),
-                _weight_spec(layouts.data, tk // 2, tn, index), _weight_spec(layouts.scale, tk // BLOCK_SIZE, tn, index)]
+                _weight_spec(layouts.data, tk // 2, tn, index, data),
+                _weight_spec(layouts.scale, tk // BLOCK_SIZE, tn, index, scale)]
     operands = [x, data, scale]
     if has_bias:  # [E, N] as it is stored: the 8 rows holding expert e (a block's rows are 8 or all of E)
         rows = 8 if bias.shape[0] % 8 == 0 else bias.shape[0]
-        in_specs.append(pl.BlockSpec((rows, tn), index(lambda e, a, n, k: (e // rows, n))))
+        in_specs.append(pl.BlockSpec((rows, tn), index(lambda e, a, n, k: (lax.div(e, rows), n))))
         operands.append(bias)
     n_blocks = tk // BLOCK_SIZE
     groups = -(-tn // LANES)
@@ -257,9 +240,7 @@ def matmul(x, data, scale, ids=None, bias=None, *, layouts: WeightLayouts, inter
                pltpu.VMEM((-(-n_blocks // 8) * 8, tn), jnp.int32)]
     outer_scale = layouts.scale is Storage.OUTER
     if outer_scale:
-        experts = scale.shape[1]
-        scratch += [pltpu.VMEM((n_blocks, experts, tn), jnp.uint8), pltpu.VMEM((groups, n_blocks * experts, LANES), jnp.int32),
-                    pltpu.SemaphoreType.DMA(())]
+        scratch += [pltpu.VMEM((groups, scale.shape[0], LANES), jnp.int32)]
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=1 if has_ids else 0,
         grid=(pl.cdiv(N, tn), A, k_steps),
@@ -269,14 +250,14 @@ def matmul(x, data, scale, ids=None, bias=None, *, layouts: WeightLayouts, inter
     )
     weight_bytes = A * N * K // 2 + (scale.size if outer_scale else A * N * K // BLOCK_SIZE)
     kernel = functools.partial(_kernel, has_ids=has_ids, has_bias=has_bias, layouts=layouts, k_steps=k_steps,
-                               tn=tn, tk=tk, n_total=N)
+                               tn=tn, tk=tk)
     return pl.pallas_call(
         kernel,
         grid_spec=grid_spec,
         out_shape=jax.ShapeDtypeStruct((A, M, N), x.dtype),
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "arbitrary" if outer_scale else "parallel", "arbitrary"),
-            vmem_limit_bytes=_vmem_limit(M, tn, tk, scale.shape[1] if outer_scale else 0)),
+            vmem_limit_bytes=_vmem_limit(M, tn, tk, scale.shape[0] // n_blocks if outer_scale else 0)),
         cost_estimate=pl.CostEstimate(flops=2 * A * M * N * K, transcendentals=0,
                                       bytes_accessed=weight_bytes + x.size * x.dtype.itemsize * -(-N // tn)
                                       + A * M * N * x.dtype.itemsize),
