@@ -92,11 +92,12 @@ def mxfp4_cast_kernel(x_ptr, data_ptr, scale_ptr, n_blocks, blocks_per_row, row_
 @triton.jit
 def _e2m1_value(nibble):
     """float32 value of 4-bit E2M1 codes (int32): ``(c + 252) << 22`` for magnitude codes >= 2,
-    ``c * 0.5`` below, negated for the sign bit."""
+    ``c * 0.5`` below, with the sign bit set for codes 8..15."""
     magnitude = nibble & 7
     normal = ((magnitude + 252) << 22).to(tl.float32, bitcast=True)
     value = tl.where(magnitude >= 2, normal, magnitude.to(tl.float32) * 0.5)
-    return tl.where(nibble >= 8, -value, value)
+    # the sign as a bit (Triton negates as 0 - x, which loses -0.0)
+    return (value.to(tl.int32, bitcast=True) | ((nibble & 8) << 28)).to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -84,7 +84,8 @@ def _e2m1_value(nibble):
     magnitude = nibble & 7
     normal = ((magnitude + 252) << 22).to(tl.float32, bitcast=True)
     value = tl.where(magnitude >= 2, normal, magnitude.to(tl.float32) * 0.5)
-    return tl.where(nibble >= 8, -value, value)
+    # the sign as a bit (Triton negates as 0 - x, which loses -0.0)
+    return (value.to(tl.int32, bitcast=True) | ((nibble & 8) << 28)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -121,7 +122,7 @@ def mxfp4_matmul_kernel(
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     a = tl.program_id(2)
-    tiles_m = tl.cdiv(M, BM)
+    tiles_m = (M + BM - 1) // BM  # not tl.cdiv: a triton.jit function, which the interpreter of the CPU tests may not see as one
     pid_m = pid % tiles_m  # programs of one weight tile run next to each other
     pid_n = pid // tiles_m
     e = tl.load(ids_ptr + a).to(tl.int64) if HAS_IDS else a.to(tl.int64)
