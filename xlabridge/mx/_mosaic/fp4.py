@@ -181,7 +181,6 @@ def cast_3d(x, rounding: str, tiles: Tiles, layouts: Layouts = Layouts(), float1
     """``(data, scale)`` of an ``[L, R, K]`` array (given, and returned, in its stored shapes) from
     one ``pallas_call``; ``float16``: ``x`` is bfloat16 holding float16 bit patterns (``rows.py``)."""
     L, K, R = x.shape if layouts.x else (x.shape[0], x.shape[2], x.shape[1])
-    shape3 = (L, R, K)
     block = (tiles.leading, tiles.rows, tiles.lanes)
     grid = (pl.cdiv(L, tiles.leading), pl.cdiv(R, tiles.rows), pl.cdiv(K, tiles.lanes))
     kernel = functools.partial(_cast_kernel, rounding=rounding, layouts=layouts, float16=float16)

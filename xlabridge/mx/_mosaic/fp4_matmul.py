@@ -130,7 +130,7 @@ def _kernel(*refs, has_ids: bool, has_bias: bool, layouts: WeightLayouts, k_step
     bias_ref = refs[3] if has_bias else None
     out_ref, acc_ref, wt_ref, codes_ref, *outer = refs[3 + has_bias:]
     ops = MosaicOps()
-    n, a, k = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+    a, k = pl.program_id(1), pl.program_id(2)
     e = ids_ref[a] if has_ids else a
     tk_bytes, n_blocks = tk // 2, tk // BLOCK_SIZE
     groups = [(g, min(LANES, tn - g * LANES)) for g in range(-(-tn // LANES))]

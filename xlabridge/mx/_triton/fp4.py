@@ -25,7 +25,7 @@ CAST_CONFIG = (64, 4)
 """(blocks per program, warps) of the cast."""
 DEQUANTIZE_CONFIG = (64, 4)
 """(blocks per program, warps) of the dequantization."""
-CONFIGS = tuple((tile, warps) for tile in (16, 32, 64, 128, 256) for warps in (1, 2, 4, 8))
+CONFIGS = tuple((tile, warps) for tile in (32, 64, 128, 256) for warps in (2, 4, 8))
 """What the benchmark sweeps for both."""
 BLOCK_SIZE = 32
 OUTPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
