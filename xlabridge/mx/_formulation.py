@@ -1,5 +1,9 @@
 """The MXFP8 and MXFP4 casts, written once over a small set of array operations.
 
+MXFP4 (``cast_blocks_fp4``, ``e2m1_codes``, ``pack_nibbles`` and the inverse) shares the scale rule
+(``scale_code`` with E2M1's emax_elem and maximum) and the exact power-of-two factors; its element
+rounding is integer arithmetic on float32 bits and one float addition (``e2m1_codes`` says how).
+
 The same code builds the XLA computation (through torch_xla's XlaBuilder, ``_xla.py``), the
 JAX version used to check XLA:GPU (``_jax.py``), and the eager PyTorch path (``_torch_ops.py``):
 each supplies an ``ArrayOps`` adapter. The Pallas (``_pallas.py``) and Mosaic (``_mosaic.py``)
