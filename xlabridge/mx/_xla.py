@@ -285,17 +285,17 @@ def _fp4_dequantize_computation(shape: tuple[int, ...], block_size: int, dtype: 
 
 def to_mxfp4(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
     """``(data, scale)`` of XLA tensor ``x``: packed E2M1 bytes and E8M0 bytes, from one XLA computation."""
-    from xlabridge.mx import _xla_private
+    from xlabridge._upstream import torch_xla as upstream_xla
 
     computation = _fp4_cast_computation(tuple(x.shape), x.dtype, block_size, rounding)
-    data, scale = _xla_private.user_computation("xlabridge::mxfp4_cast", [x], computation)
+    data, scale = upstream_xla.user_computation("xlabridge::mxfp4_cast", [x], computation)
     return data, scale
 
 
 def from_mxfp4(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
     """The dequantized XLA tensor (``[..., 2 * data.shape[-1]]`` of ``dtype``), from one XLA computation."""
-    from xlabridge.mx import _xla_private
+    from xlabridge._upstream import torch_xla as upstream_xla
 
     computation = _fp4_dequantize_computation(tuple(data.shape), block_size, dtype)
-    (values,) = _xla_private.user_computation("xlabridge::mxfp4_dequantize", [data, scale], computation)
+    (values,) = upstream_xla.user_computation("xlabridge::mxfp4_dequantize", [data, scale], computation)
     return values

@@ -1,7 +1,7 @@
 """The MXFP4 Mosaic kernels (``fp4.py``: cast and inverse; ``fp4_matmul.py``: the matmul) as
 ``tpu_custom_call``s in torch_xla's lazy graph, lowered as ``lowering.py`` lowers the MXFP8 cast
 (JAX in this process, a private CPU device for the assignment, payloads cached per shape and
-options), through the wrappers of ``xlabridge.mx._xla_private``.
+options), through torch_xla's wrappers in ``xlabridge._upstream``.
 
 Each array is handed to the kernel in its physical order (``fp4.plan``, ``fp4_matmul.storage``):
 a permute of an array whose XLA:TPU default layout is that order only relabels memory. Where the
@@ -80,7 +80,6 @@ def _from_stored(t: torch.Tensor, k_major: bool, shape: tuple[int, ...]) -> torc
 
 def to_mxfp4(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
     """``(data, scale)`` of XLA tensor ``x`` from one ``tpu_custom_call`` (lazy, not executed here)."""
-    from xlabridge.mx import _xla_private
     from xlabridge.mx._mosaic import fp4
 
     shape = tuple(x.shape)
@@ -92,7 +91,7 @@ def to_mxfp4(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Ten
         x = _tpu._float16_bits(x)
     L, R, K = p.shape3
     payload = _payload("cast", p.shape3, dtype, rounding, _tpu._vmem_bytes(x.device), p.layouts)
-    data, scale = _xla_private.tpu_custom_call(
+    data, scale = _custom_call(
         [_to_stored(x, p.shape3, p.layouts.x)], payload,
         [fp4.stored_shape((L, R, K // 2), p.layouts.data), fp4.stored_shape((L, R, K // BLOCK_SIZE), p.layouts.scale)],
         [torch.uint8, torch.uint8])
@@ -102,7 +101,6 @@ def to_mxfp4(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Ten
 
 def from_mxfp4(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
     """The values (``[..., 2 * data.shape[-1]]`` of ``dtype``) from one ``tpu_custom_call`` (lazy)."""
-    from xlabridge.mx import _xla_private
     from xlabridge.mx._mosaic import fp4
 
     shape = tuple(data.shape[:-1]) + (2 * data.shape[-1],)
@@ -111,7 +109,7 @@ def from_mxfp4(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: 
         _warn_relayouts(shape, p.relayouts, "from_mxfp4")
     L, R, K = p.shape3
     payload = _payload("dequantize", p.shape3, _DTYPES[dtype], "", _tpu._vmem_bytes(data.device), p.layouts)
-    (values,) = _xla_private.tpu_custom_call(
+    (values,) = _custom_call(
         [_to_stored(data, (L, R, K // 2), p.layouts.data), _to_stored(scale, (L, R, K // BLOCK_SIZE), p.layouts.scale)],
         payload, [fp4.stored_shape(p.shape3, p.layouts.x)], [dtype])
     return _from_stored(values, p.layouts.x, shape)
@@ -127,7 +125,6 @@ def _stored(t: torch.Tensor, layout) -> torch.Tensor:
 def matmul(x, data, scale, expert_ids, bias, block_size: int) -> torch.Tensor:
     """``y`` ``[A, M, N]`` of the MXFP4 matmul from one ``tpu_custom_call`` (lazy): ``x`` ``[A, M, K]``
     bfloat16, the weight ``[E, N, K/2]`` and its scale bytes handed over in their physical order."""
-    from xlabridge.mx import _xla_private
 
     A, M, K = x.shape
     E, N = data.shape[0], data.shape[1]
@@ -137,7 +134,7 @@ def matmul(x, data, scale, expert_ids, bias, block_size: int) -> torch.Tensor:
     if bias is not None:
         inputs.append(bias.to(torch.float32))
     payload = _matmul_payload((A, M, K), (E, N), expert_ids is not None, bias is not None, layouts)
-    (y,) = _xla_private.tpu_custom_call(inputs, payload, [(A, M, N)], [x.dtype])
+    (y,) = _custom_call(inputs, payload, [(A, M, N)], [x.dtype])
     return y
 
 
@@ -191,3 +188,10 @@ def _lower(fn, args: tuple, kind: str) -> str:
     sharding = jax.sharding.SingleDeviceSharding(_tpu._lowering_device())
     lowered = jax.jit(fn, in_shardings=(sharding,) * len(args)).trace(*args).lower(lowering_platforms=("tpu",))
     return _tpu.kernel_config(lowered, kind)
+
+
+def _custom_call(inputs, payload: str, shapes, dtypes) -> list[torch.Tensor]:
+    """The outputs of one ``tpu_custom_call`` running the Mosaic kernel ``payload`` on ``inputs``."""
+    from xlabridge._upstream import torch_xla as upstream_xla
+
+    return list(upstream_xla.tpu_custom_call(list(inputs), payload, [list(s) for s in shapes], list(dtypes)))
