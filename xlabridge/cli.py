@@ -136,6 +136,11 @@ def _report(args: argparse.Namespace) -> int:
         except FileNotFoundError:
             raise SystemExit(f"xlabridge report: command not found: {command[0]!r}") from None
         report = _read_run(directory, tpu)
+    if env.get(_env.TORCH_TRACE):
+        from xlabridge.diagnostics import _trace_artifacts
+
+        # the merged report's rows beside each process's own records in torch's trace (tlparse shows them)
+        _trace_artifacts.append(env[_env.TORCH_TRACE], report)
     _write_outputs(report, args)
     if args.events:
         print(f"xlabridge: event logs kept in {args.events} (xlabridge report --read {args.events})")

@@ -92,3 +92,18 @@ def outside_frameworks(path: str) -> bool:
     inside = [sysconfig.get_paths()["stdlib"], os.path.dirname(torch.__file__)]
     return not any(os.path.realpath(path).startswith(os.path.realpath(d) + os.sep) for d in inside) or \
         "site-packages" in os.path.relpath(path, sysconfig.get_paths()["stdlib"]).split(os.sep)[0]
+
+
+def expected_code(logged: LoggedBreak) -> str:
+    """The code torch names for a break; where its message names none (torch 2.8, some breaks on 2.9),
+    the one torch's own registry gives its type (``graph_break_registry.json``, read here directly)."""
+    if logged.code:
+        return logged.code
+    import json
+    import os
+
+    import torch._dynamo
+
+    with open(os.path.join(torch._dynamo.__path__[0], "graph_break_registry.json"), encoding="utf-8") as file:
+        registry = json.load(file)
+    return next((code for code, entries in registry.items() if any(e.get("Gb_type") == logged.gb_type for e in entries)), "")

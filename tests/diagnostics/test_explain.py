@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import xlabridge
-from tests.diagnostics._torch_logs import logged_breaks, outside_frameworks
+from tests.diagnostics._torch_logs import expected_code, logged_breaks, outside_frameworks
 import xlabridge.diagnostics as xd
 from tests import models
 from tests.conftest import requires_xla
@@ -83,10 +83,10 @@ def test_dynamo_breaks_match_torch_dynamo_explain(fn, category, xla_device):
     assert report.graph_count == expected.graph_count
     assert report.break_count == len(expected.break_reasons) == expected.graph_break_count == len(logged)
     # each break as torch logs it (TORCH_LOGS=graph_breaks): its type, code and line
-    assert [(b.reason, b.code) for b in report.dynamo_breaks] == [(t.gb_type, t.code) for t in logged]
+    assert [(b.reason, b.code) for b in report.dynamo_breaks] == [(t.gb_type, expected_code(t)) for t in logged]
     assert all((b.filename, b.lineno) == (t.file, t.line)
                for b, t in zip(report.dynamo_breaks, logged) if outside_frameworks(t.file))
-    assert all(b.code.startswith("GB") and b.url.endswith(".html") and b.hints for b in report.dynamo_breaks)
+    assert all(b.code.startswith("GB") and b.hints for b in report.dynamo_breaks)
     (only,) = report.dynamo_breaks
     assert only.category == category
     assert (only.filename, only.lineno, only.function) == (__file__, _line_of(fn, "# BREAK"), fn.__name__)

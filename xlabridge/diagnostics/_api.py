@@ -17,7 +17,7 @@ from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics._observe import (
     pod as _pod, recorder as _recorder, session as _session, torch_trace, tpu_pass as _tpu_pass,
 )
-from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics import _trace_artifacts, events as ev
 from xlabridge.diagnostics._build.report import build_report
 from xlabridge.diagnostics._observe.probes import dynamo_graphs, torchtpu
 from xlabridge.diagnostics.report import Report
@@ -67,6 +67,7 @@ def diagnose(
         _recorder.safely("diagnostics", "writing the event log", recorder.write)
         built = _recorder.safely("diagnostics", "building the report", build_report, recorder.events)
         if built is not None:
+            _recorder.safely("diagnostics", "writing xlabridge's rows into torch's trace", _trace_artifacts.write, built)
             for field in dataclasses.fields(Report):
                 setattr(report, field.name, getattr(built, field.name))
 
