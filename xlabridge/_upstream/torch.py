@@ -276,7 +276,7 @@ def torchxla_backends() -> ModuleType:
 # ---------------------------------------------------------------- the structured trace (TORCH_TRACE)
 
 
-@surface("torch", "torch._dynamo", checked=CHECKED)
+@surface("torch", "torch._dynamo.__path__", checked=CHECKED)
 def graph_break_codes() -> dict[str, str]:
     """Each graph-break type torch knows and its code (``"Data-dependent branching": "GB0170"``), from
     the registry torch ships beside Dynamo (``graph_break_registry.json``: code -> its types, newest
@@ -296,7 +296,7 @@ def graph_break_codes() -> dict[str, str]:
     return codes
 
 
-@surface("torch", "torch._logging._internal.trace_log", checked=CHECKED)
+@surface("torch", "torch._logging._internal.trace_log.handlers", checked=CHECKED)
 def structured_trace_on() -> bool:
     """Whether torch's structured trace is written anywhere in this process (``TORCH_TRACE``, or a
     handler a tool attached): ``trace_structured`` builds and writes records only then."""
@@ -334,3 +334,38 @@ def trace_logger() -> Any:
     from torch._logging import _internal
 
     return _internal.trace_log
+
+
+_NOT_TORCH_COMPILE = object()
+"""``compile_call_dynamic``'s answer when the graph did not come through ``torch.compile``."""
+
+
+@surface(
+    "torch", "torch._dynamo.symbolic_convert.InstructionTranslator.current_tx", checked=CHECKED,
+    attributes=("output.compiler_fn", "_torchdynamo_orig_backend", "dynamic"),
+)
+def compile_call_dynamic() -> Any:
+    """The ``dynamic`` argument of the ``torch.compile`` call whose frame Dynamo compiles now (``None``
+    when the caller passed none), read off the backend wrapper ``torch.compile`` made
+    (``_TorchCompileWrapper.dynamic``); ``NOT_TORCH_COMPILE`` when the frame did not come through
+    ``torch.compile`` (``torch._dynamo.optimize``) or no frame is being compiled."""
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+
+    tx = InstructionTranslator.current_tx()
+    backend = getattr(getattr(tx, "output", None), "compiler_fn", None)
+    wrapper = getattr(backend, "_torchdynamo_orig_backend", backend)
+    if wrapper is None or type(wrapper).__name__ != "_TorchCompileWrapper" or not hasattr(wrapper, "dynamic"):
+        return _NOT_TORCH_COMPILE
+    return wrapper.dynamic
+
+
+NOT_TORCH_COMPILE = _NOT_TORCH_COMPILE
+
+
+@surface("torch", "torch._dynamo.config.patch", checked=CHECKED)
+def static_shapes() -> AbstractContextManager[Any]:
+    """Dynamo's configuration as ``torch.compile(dynamic=False)`` sets it while a frame is traced
+    (``eval_frame.make_set_enable_dynamic(False)``): no automatic dynamic shapes, static by default."""
+    import torch._dynamo
+
+    return torch._dynamo.config.patch(automatic_dynamic_shapes=False, assume_static_by_default=True)
