@@ -110,3 +110,49 @@ def test_xlabridge_rows_go_into_the_trace_of_a_run_it_observes(tmp_path: Path):
     assert {f["kind"] for f in findings} >= {"dynamo-break", "recompiles"}
     # the trace still reads as tlparse reads it, xlabridge's own rows aside
     assert_agrees_with_tlparse(xd.read_trace(tmp_path / "trace"), parsed, pid=torch_trace.records(log)[0][0].pid)
+
+
+REAL = [("trainer.py", ()), ("models_step.py", ("bert", "inference")), ("models_step.py", ("llama", "training")),
+        ("models_step.py", ("gpt2", "inference"))]
+"""Real scripts: GPT-2 under Hugging Face's Trainer, and transformers models of ``tests/models.py``."""
+
+
+def check_real_script(tmp_path: Path, script: str, args: tuple[str, ...]) -> None:
+    """Traced without xlabridge with ``TORCH_LOGS=graph_breaks``: the report read from the trace agrees
+    with tlparse, and every break torch logs is in it with its type, code and line; then the same
+    script observed by ``xlabridge report`` reports the same breaks (torch's own record, in process)."""
+    pytest.importorskip("transformers")
+    if script == "trainer.py":
+        pytest.importorskip("accelerate")
+    import json
+    import os
+
+    root = Path(__file__).resolve().parents[2]
+    env = {"TORCH_LOGS": "graph_breaks", "PYTHONPATH": str(root), "TPU_SKIP_MDS_QUERY": "1"}
+    out = _tlparse.trace(TRACED / script, tmp_path / "trace", *args, env=env)
+    assert "xlabridge imported: False" in out
+    (log,) = torch_trace.logs(tmp_path / "trace")
+    report = xd.read_trace(tmp_path / "trace")
+    assert_agrees_with_tlparse(report, _tlparse.parse_log(log, tmp_path / "tl"))
+    logged = from_stderr(out)
+    rows = {(b.reason, b.code, b.filename, b.lineno) for b in report.dynamo_breaks}
+    for torch_break in logged:
+        assert (torch_break.gb_type, expected_code(torch_break), torch_break.file, torch_break.line) in rows
+    done = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "report", "--json", str(tmp_path / "r.json"), "--",
+         sys.executable, str(TRACED / script), *args],
+        capture_output=True, text=True, timeout=900, cwd=root,
+        env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])})
+    assert done.returncode == 0, done.stderr[-3000:]
+    observed = xd.Report.from_dict(json.loads((tmp_path / "r.json").read_text()))
+    rows = {(b.reason, b.code, b.filename, b.lineno) for b in observed.dynamo_breaks}
+    for torch_break in from_stderr(done.stderr):
+        assert (torch_break.gb_type, expected_code(torch_break), torch_break.file, torch_break.line) in rows
+    assert all(b.source == "torch" for b in observed.dynamo_breaks)
+    assert sorted(g.compile_id for g in observed.dynamo_graphs) == sorted(g.compile_id for g in report.dynamo_graphs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("script", "args"), REAL, ids=[" ".join((s, *a)) for s, a in REAL])
+def test_real_scripts_read_from_their_trace(tmp_path: Path, script: str, args: tuple[str, ...]):
+    check_real_script(tmp_path, script, args)
