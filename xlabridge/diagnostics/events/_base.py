@@ -42,6 +42,8 @@ class EventType(str, enum.Enum):
     IMPORTED = "imported"
     SYNC = "sync"
     EAGER_OPS = "eager_ops"
+    TORCH_BREAK = "torch_break"
+    TRACE_READ = "trace_read"
 
 
 class ProbeState(str, enum.Enum):
