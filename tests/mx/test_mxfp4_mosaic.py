@@ -1,9 +1,10 @@
 """The MXFP4 Mosaic kernels: bit for bit in interpret mode (XLA:CPU arithmetic, so the spec model's
-``ftz`` variant), one kernel at the ideal bytes when libtpu compiles them for TPU v5e and v6e, the
-matmul reading the weight at 0.53 bytes per parameter, and what reaches torch_xla's graph. TPU
-figures are compiled here by libtpu's compile-only client; nothing runs on a TPU.
+``ftz`` variant), one kernel at the ideal bytes when libtpu compiles them for TPU v5e and v6e (and
+v7, where libtpu is 0.0.50 or later: ``make test-torchtpu`` runs those tests), the matmul reading the
+weight at 0.53 bytes per parameter, and what reaches torch_xla's graph. TPU figures are compiled
+here by libtpu's compile-only client; nothing runs on a TPU.
 
-Shapes stay a few MB (the 1 MB to 1 GB sweep and v7 are ``tools/bench/mx4_cast_tpu.py``'s).
+Shapes stay a few MB (the 1 MB to 1 GB sweep is ``tools/bench/mx4_cast_tpu.py``'s).
 """
 
 from __future__ import annotations
@@ -187,6 +188,69 @@ def test_gpt_oss_expert_matmul_compiles_and_reads_mxfp4(compiler, generation):
     assert result.bytes_accessed == weight_bytes + activations
 
 
+def _memory_colors(fn, *args) -> list[str]:
+    """The memory-space colors in the backend config of ``fn``'s lowering for TPU (no libtpu needed):
+    jax 0.10's ``input_memory_space_colors`` and ``output_memory_space_colors``, jax 0.7's
+    ``output_memory_colors``."""
+    import re
+
+    import jax
+
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",)).as_text().replace("\\22", '"')
+    return re.findall(r'"(input_memory_space_colors|output_memory_space_colors|output_memory_colors)"', text)
+
+
+def test_arrays_are_pinned_to_hbm_only_for_v7():
+    """``hbm.pins``: v7's XLA colors a custom call's arrays itself, so every kernel pins each operand
+    and result to HBM there; for the other generations the backend config carries no color, the
+    kernels compile as before."""
+    import jax
+
+    from xlabridge.mx._mosaic import fp4, fp4_matmul, hbm
+
+    assert [g for g in ("v4", "v5e", "v5p", "v6e", "v7") if hbm.pins(g)] == ["v7"] and not hbm.pins(None)
+    S = jax.ShapeDtypeStruct
+    x, data, scale = S((64, 512), "bfloat16"), S((64, 256), "uint8"), S((64, 16), "uint8")
+    for pin in (False, True):
+        calls = [(functools.partial(fp4.to_mxfp4, pin_hbm=pin), x), (functools.partial(fp4.from_mxfp4, pin_hbm=pin), data, scale),
+                 (functools.partial(fp4_matmul.linear, pin_hbm=pin), S((8, 512), "bfloat16"), S((256, 256), "uint8"),
+                  S((256, 16), "uint8"))]
+        for fn, *args in calls:
+            colors = _memory_colors(fn, *args)
+            assert (len(colors) == 2) if pin else not colors, (fn, colors)
+
+
+@requires_libtpu
+def test_v7_compiles_each_operation_to_one_kernel(compiler):
+    """For v7 (libtpu 0.0.50 and later) XLA:TPU's ``TpuCustomCallMemorySpacePolicy`` colors a
+    kernel's arrays VMEM where they fit (``hbm.py``): unpinned, a 1 MB cast reaches its kernel
+    through a ``copy-start`` prefetch of its input. Pinned to HBM, the cast, its inverse and the
+    MXFP4 linear (gpt-oss's gate_up at decode) are one kernel each, at the cast's ideal bytes."""
+    import jax
+
+    from xlabridge import tpu
+    from xlabridge.mx._mosaic import fp4, fp4_matmul
+
+    if compiler.versions["libtpu"] < "0.0.50":
+        pytest.skip(f"libtpu {compiler.versions['libtpu']} builds no TPU7x topology (0.0.50 and later do: make test-torchtpu)")
+    S = jax.ShapeDtypeStruct
+    vmem = tpu.CHIPS["v7"].vmem_bytes
+    shape, packed, scale = (64, 8192), (64, 4096), (64, 256)
+    cast = functools.partial(fp4.to_mxfp4, rounding="floor", vmem_bytes=vmem)
+    unpinned = compiler.compile_jax(cast, S(shape, "bfloat16"), topology="tpu:v7")
+    assert unpinned.kernels == ("copy-start", "custom-call/tpu_custom_call"), unpinned.kernels
+    one = ("custom-call/tpu_custom_call",)
+    pinned = compiler.compile_jax(functools.partial(cast, pin_hbm=True), S(shape, "bfloat16"), topology="tpu:v7")
+    assert pinned.kernels == one, pinned.kernels
+    assert pinned.memory.argument_bytes == 2 * shape[0] * shape[1]
+    back = compiler.compile_jax(functools.partial(fp4.from_mxfp4, dtype="bfloat16", vmem_bytes=vmem, pin_hbm=True),
+                                S(packed, "uint8"), S(scale, "uint8"), topology="tpu:v7")
+    assert back.kernels == one, back.kernels
+    linear = compiler.compile_jax(functools.partial(fp4_matmul.linear, pin_hbm=True), S((1, HIDDEN), "bfloat16"),
+                                  S((5760, HIDDEN // 2), "uint8"), S((5760, HIDDEN // 32), "uint8"), topology="tpu:v7")
+    assert linear.kernels == one, linear.kernels
+
+
 # ------------------------------------------------------------------ through torch_xla
 
 
@@ -217,6 +281,29 @@ def test_lazy_graph_holds_one_tpu_custom_call_each(xla_device, tpu_lowering):
     del q, outputs  # never executed: XLA:CPU has no tpu_custom_call
     with open("/proc/self/maps") as maps:
         assert "libtpu" not in maps.read()
+
+
+@requires_xla
+def test_lazy_graph_pins_the_arrays_for_v7(xla_device):
+    """Traced for v7, each ``tpu_custom_call``'s backend config pins its operands and results to HBM
+    (``hbm.py``); for v6e it pins nothing."""
+    import torch_xla
+
+    from xlabridge import mx
+    from xlabridge.tpu import _lowering
+
+    x = torch.randn(64, 512, dtype=torch.bfloat16).to(xla_device)
+    w = mx.to_mxfp4(torch.randn(256, 512))
+    weight = mx.MXFP4Tensor(w.data.to(xla_device), w.scale.to(xla_device))
+    for generation, pinned in (("v6e", False), ("v7", True)):
+        with _lowering.override_lowering(_lowering.LoweringTarget.TPU, generation=generation):
+            q = mx.to_mxfp4(x)
+            y = mx.mxfp4_linear(x, weight)
+            tensors = [q.data, q.scale, mx.from_mxfp4(q), y]
+        text = torch_xla._XLAC._get_xla_tensors_hlo(tensors)
+        assert text.count("input_memory_space_colors") == (3 if pinned else 0), generation
+        assert text.count("output_memory_colors") + text.count("output_memory_space_colors") == (3 if pinned else 0), generation
+        del q, y, tensors  # never executed: XLA:CPU has no tpu_custom_call
 
 
 @requires_xla

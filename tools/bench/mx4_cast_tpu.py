@@ -6,11 +6,13 @@ a bfloat16 matmul of the same shape.
     PYTHONPATH=. python tools/bench/mx4_cast_tpu.py --out tools/bench/results/mx4_cast_tpu.json
     PYTHONPATH=. .venv-torchtpu/bin/python tools/bench/mx4_cast_tpu.py --generations v7 --out tools/bench/results/mx4_cast_tpu_v7.json
 
-(v7 needs libtpu >= 0.0.50: the TorchTPU environment's.) Ideal bytes: the cast reads the bf16
-input and writes the packed data (half a byte per element) and the scale bytes; the inverse the
-other way. ``buffer_bytes`` are the executable's argument and output buffers (the tile padding
-of XLA's layouts included). A Mosaic kernel's bytes and flops in XLA's cost analysis are what the
-kernel declares (``pl.CostEstimate``), so ``cost_model_s`` of a kernel is XLA's time for those.
+(v7 needs libtpu >= 0.0.50: the TorchTPU environment's.) Each kernel is compiled as xlabridge
+issues it for the generation: for v7 with its arrays pinned to HBM (``xlabridge/mx/_mosaic/hbm.py``;
+``pin_hbm`` in each row). Ideal bytes: the cast reads the bf16 input and writes the packed data
+(half a byte per element) and the scale bytes; the inverse the other way. ``buffer_bytes`` are the
+executable's argument and output buffers (the tile padding of XLA's layouts included). A Mosaic
+kernel's bytes and flops in XLA's cost analysis are what the kernel declares (``pl.CostEstimate``),
+so ``cost_model_s`` of a kernel is XLA's time for those.
 Matmul rows: ``y = x @ W.T`` for ``x`` of ``tokens`` rows, ``W`` MXFP4 (the Mosaic kernel) or
 bfloat16 (XLA's dot); ``weight_bytes_per_parameter`` is the weight's argument bytes per element.
 """
@@ -60,18 +62,20 @@ def cast_rows(compiler, generation: str, sizes) -> list[dict]:
 
     from tools.bench import mx4_cast_tpu as this  # by its import name, so the compile worker can import it
     from xlabridge import tpu
-    from xlabridge.mx._mosaic import fp4
+    from xlabridge.mx._mosaic import fp4, hbm
 
     bandwidth = tpu.CHIPS[generation].hbm_bandwidth_bytes_per_s
     vmem = tpu.CHIPS[generation].vmem_bytes
+    pin = hbm.pins(generation)
     rows = []
     for size_mb in sizes:
         shape = (size_mb * MB // 2 // K, K)
         n = shape[0] * shape[1]
         ideal = 2 * n + n // 2 + n // 32
         variants = [
-            ("cast", functools.partial(fp4.to_mxfp4, rounding="floor", vmem_bytes=vmem), [jax.ShapeDtypeStruct(shape, "bfloat16")]),
-            ("dequantize", functools.partial(fp4.from_mxfp4, dtype="bfloat16", vmem_bytes=vmem),
+            ("cast", functools.partial(fp4.to_mxfp4, rounding="floor", vmem_bytes=vmem, pin_hbm=pin),
+             [jax.ShapeDtypeStruct(shape, "bfloat16")]),
+            ("dequantize", functools.partial(fp4.from_mxfp4, dtype="bfloat16", vmem_bytes=vmem, pin_hbm=pin),
              [jax.ShapeDtypeStruct((shape[0], K // 2), "uint8"), jax.ShapeDtypeStruct((shape[0], K // 32), "uint8")]),
         ]
         if size_mb <= 16:  # XLA's own compilation of the formulation, for comparison
@@ -79,7 +83,8 @@ def cast_rows(compiler, generation: str, sizes) -> list[dict]:
         for variant, fn, args in variants:
             result = compiler.compile_jax(fn, *args, topology=f"tpu:{generation}")
             buffers = result.memory.argument_bytes + result.memory.output_bytes
-            row = _row(result, generation=generation, size_MB=size_mb, shape=list(shape), variant=variant, ideal_bytes=ideal,
+            row = _row(result, generation=generation, size_MB=size_mb, shape=list(shape), variant=variant,
+                       pin_hbm=pin and variant in ("cast", "dequantize"), ideal_bytes=ideal,
                        buffer_bytes=buffers, buffer_bytes_vs_ideal=buffers / ideal, roofline_s=ideal / bandwidth)
             rows.append(row)
             print(json.dumps({k: row[k] for k in ("generation", "size_MB", "variant", "kernel_count", "buffer_bytes_vs_ideal",
@@ -91,18 +96,21 @@ def matmul_rows(compiler, generation: str) -> list[dict]:
     import jax
 
     from tools.bench import mx4_cast_tpu as this
-    from xlabridge.mx._mosaic import fp4_matmul
+    from xlabridge.mx._mosaic import fp4_matmul, hbm
 
     S = jax.ShapeDtypeStruct
+    pin = hbm.pins(generation)
+    linear = functools.partial(fp4_matmul.linear, pin_hbm=pin)
     rows = []
     for name, (n, k) in MATMULS.items():
         for tokens in TOKENS:
-            fused = compiler.compile_jax(fp4_matmul.linear, S((tokens, k), "bfloat16"), S((n, k // 2), "uint8"),
+            fused = compiler.compile_jax(linear, S((tokens, k), "bfloat16"), S((n, k // 2), "uint8"),
                                          S((n, k // 32), "uint8"), topology=f"tpu:{generation}")
             dense = compiler.compile_jax(this.bf16_linear, S((tokens, k), "bfloat16"), S((n, k), "bfloat16"), topology=f"tpu:{generation}")
             for variant, result, weight_bytes in (("mxfp4 (Mosaic kernel)", fused, n * k // 2 + n * k // 32),
                                                   ("bf16 (XLA dot)", dense, 2 * n * k)):
                 row = _row(result, generation=generation, shape=name, n=n, k=k, tokens=tokens, variant=variant,
+                           pin_hbm=pin and result is fused,
                            weight_bytes=weight_bytes, weight_bytes_per_parameter=weight_bytes / (n * k))
                 rows.append(row)
             fused_row, dense_row = rows[-2], rows[-1]

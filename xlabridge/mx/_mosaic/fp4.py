@@ -37,6 +37,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from xlabridge.mx import _constants as C
 from xlabridge.mx import _formulation
+from xlabridge.mx._mosaic import hbm
 from xlabridge.mx._mosaic import rows as _rows
 from xlabridge.mx._mosaic.rows import LANES, MosaicOps, Tiles
 
@@ -177,29 +178,32 @@ def _cast_kernel(x_ref, data_ref, scale_ref, nibbles_ref, codes_ref, *, rounding
     _rows._loop(tile_leading, per_leading, 0)
 
 
-def cast_3d(x, rounding: str, tiles: Tiles, layouts: Layouts = Layouts(), float16: bool = False, interpret=False):
+def cast_3d(x, rounding: str, tiles: Tiles, layouts: Layouts = Layouts(), float16: bool = False, interpret=False,
+            pin_hbm: bool = False):
     """``(data, scale)`` of an ``[L, R, K]`` array (given, and returned, in its stored shapes) from
-    one ``pallas_call``; ``float16``: ``x`` is bfloat16 holding float16 bit patterns (``rows.py``)."""
+    one ``pallas_call``; ``float16``: ``x`` is bfloat16 holding float16 bit patterns (``rows.py``);
+    ``pin_hbm``: every array in HBM (``hbm.py``)."""
     L, K, R = x.shape if layouts.x else (x.shape[0], x.shape[2], x.shape[1])
     block = (tiles.leading, tiles.rows, tiles.lanes)
     grid = (pl.cdiv(L, tiles.leading), pl.cdiv(R, tiles.rows), pl.cdiv(K, tiles.lanes))
     kernel = functools.partial(_cast_kernel, rounding=rounding, layouts=layouts, float16=float16)
     strip = min(_rows.CHUNK_ROWS, tiles.rows)
+    pin = pin_hbm and not interpret  # HBM is the TPU compile's; the interpreter (jax 0.7.1) refuses it
     return pl.pallas_call(
         kernel,
         grid=grid,
         in_specs=[_spec(block, layouts.x)],
         out_specs=[_spec(block[:2] + (tiles.lanes // 2,), layouts.data),
                    _spec(block[:2] + (tiles.lanes // BLOCK_SIZE,), layouts.scale)],
-        out_shape=[jax.ShapeDtypeStruct(stored_shape((L, R, K // 2), layouts.data), jnp.uint8),
-                   jax.ShapeDtypeStruct(stored_shape((L, R, K // BLOCK_SIZE), layouts.scale), jnp.uint8)],
+        out_shape=[hbm.result(pin, stored_shape((L, R, K // 2), layouts.data), jnp.uint8),
+                   hbm.result(pin, stored_shape((L, R, K // BLOCK_SIZE), layouts.scale), jnp.uint8)],
         scratch_shapes=[pltpu.VMEM((CHUNK, strip), jnp.int32), pltpu.VMEM((LANES, strip), jnp.int32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel")),
         cost_estimate=pl.CostEstimate(flops=0, transcendentals=0,
                                       bytes_accessed=x.size * x.dtype.itemsize + x.size // 2 + x.size // BLOCK_SIZE),
         interpret=interpret,
         name="xlabridge_mxfp4_cast",
-    )(x)
+    )(*hbm.operands(pin, x))
 
 
 def tiles_for(shape3: tuple[int, int, int], itemsize: int, vmem_bytes: int | None) -> Tiles:
@@ -217,27 +221,28 @@ def _from_stored(a, k_major: bool, shape: tuple[int, ...]):
 
 
 def to_mxfp4(x, rounding: str = "floor", *, vmem_bytes: int | None = None, layouts: Layouts | None = None,
-             interpret=False):
+             pin_hbm: bool = False, interpret=False):
     """``(data, scale)`` of JAX array ``x`` (bfloat16, float32 or float16; at least two dimensions,
     the last a multiple of 32) from one Mosaic kernel over XLA:TPU's default layouts (``plan``;
-    ``layouts`` overrides it, to test each variant). A plain function around a jitted one, so
-    that ``xlabridge.tpu``'s ``compile_jax`` can pickle it."""
+    ``layouts`` overrides it, to test each variant). ``vmem_bytes`` and ``pin_hbm``
+    (``hbm.pins(generation)``) are for the TPU it is compiled for. A plain function around a jitted
+    one, so that ``xlabridge.tpu``'s ``compile_jax`` can pickle it."""
     if jnp.dtype(x.dtype).name not in INPUT_DTYPES:
         raise TypeError(f"x must be bfloat16, float32 or float16 for the MXFP4 Mosaic kernel, got {x.dtype}")
     if x.ndim < 2 or x.shape[-1] % BLOCK_SIZE:
         raise ValueError(f"x must be at least 2-D with a last dimension that is a multiple of 32, got shape {x.shape}")
-    return _to_mxfp4(x, rounding, vmem_bytes, layouts, interpret)
+    return _to_mxfp4(x, rounding, vmem_bytes, layouts, pin_hbm, interpret)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def _to_mxfp4(x, rounding, vmem_bytes, layouts, interpret):
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
+def _to_mxfp4(x, rounding, vmem_bytes, layouts, pin_hbm, interpret):
     p = plan(x.shape, x.dtype.itemsize)
     layouts = layouts or p.layouts
     tiles = tiles_for(p.shape3, x.dtype.itemsize, vmem_bytes)
     float16 = x.dtype == jnp.float16
     if float16:
         x = lax.bitcast_convert_type(x, jnp.bfloat16)
-    data, scale = cast_3d(_to_stored(x, p, layouts.x), rounding, tiles, layouts, float16, interpret)
+    data, scale = cast_3d(_to_stored(x, p, layouts.x), rounding, tiles, layouts, float16, interpret, pin_hbm=pin_hbm)
     lead = x.shape[:-1]
     return (_from_stored(data, layouts.data, lead + (x.shape[-1] // 2,)),
             _from_stored(scale, layouts.scale, lead + (x.shape[-1] // BLOCK_SIZE,)))
@@ -299,43 +304,46 @@ def _dequantize_kernel(data_ref, scale_ref, out_ref, values_ref, *, layouts: Lay
     _rows._loop(tile_leading, per_leading, 0)
 
 
-def dequantize_3d(data, scale, dtype: str, tiles: Tiles, layouts: Layouts = Layouts(), interpret=False):
+def dequantize_3d(data, scale, dtype: str, tiles: Tiles, layouts: Layouts = Layouts(), interpret=False,
+                  pin_hbm: bool = False):
     """``[L, R, K]`` values (stored as ``layouts.x`` says) of ``dtype`` from packed ``data`` and
-    ``scale`` bytes in their stored shapes, from one ``pallas_call``."""
+    ``scale`` bytes in their stored shapes, from one ``pallas_call`` (``pin_hbm``: ``hbm.py``)."""
     L, KH, R = data.shape if layouts.data else (data.shape[0], data.shape[2], data.shape[1])
     K = 2 * KH
     block = (tiles.leading, tiles.rows, tiles.lanes)
     grid = (pl.cdiv(L, tiles.leading), pl.cdiv(R, tiles.rows), pl.cdiv(K, tiles.lanes))
     strip = min(_rows.CHUNK_ROWS, tiles.rows)
+    pin = pin_hbm and not interpret  # HBM is the TPU compile's; the interpreter (jax 0.7.1) refuses it
     return pl.pallas_call(
         functools.partial(_dequantize_kernel, layouts=layouts),
         grid=grid,
         in_specs=[_spec(block[:2] + (tiles.lanes // 2,), layouts.data),
                   _spec(block[:2] + (tiles.lanes // BLOCK_SIZE,), layouts.scale)],
         out_specs=_spec(block, layouts.x),
-        out_shape=jax.ShapeDtypeStruct(stored_shape((L, R, K), layouts.x), dtype),
+        out_shape=hbm.result(pin, stored_shape((L, R, K), layouts.x), dtype),
         scratch_shapes=[pltpu.VMEM((CHUNK, strip), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel")),
         cost_estimate=pl.CostEstimate(flops=2 * L * R * K, transcendentals=0,
                                       bytes_accessed=L * R * (K // 2 + K // BLOCK_SIZE + K * jnp.dtype(dtype).itemsize)),
         interpret=interpret,
         name="xlabridge_mxfp4_dequantize",
-    )(data, scale)
+    )(*hbm.operands(pin, data, scale))
 
 
 def from_mxfp4(data, scale, dtype: str = "bfloat16", *, vmem_bytes: int | None = None, layouts: Layouts | None = None,
-               interpret=False):
+               pin_hbm: bool = False, interpret=False):
     """The values (``[..., 2 * data.shape[-1]]`` of ``dtype``: bfloat16 or float32) of JAX arrays
-    ``data`` (packed uint8) and ``scale`` (uint8, ``data.shape[:-1] + (K/32,)``) from one Mosaic kernel."""
+    ``data`` (packed uint8) and ``scale`` (uint8, ``data.shape[:-1] + (K/32,)``) from one Mosaic
+    kernel (``vmem_bytes``, ``pin_hbm``: as ``to_mxfp4``'s)."""
     if jnp.dtype(dtype).name not in OUTPUT_DTYPES:
         raise ValueError(f"the MXFP4 Mosaic dequantize kernel writes {OUTPUT_DTYPES}, got {jnp.dtype(dtype).name}")
     if data.ndim < 2:
         raise ValueError(f"data must be at least 2-D for the Mosaic kernel, got shape {data.shape}")
-    return _from_mxfp4(data, scale, jnp.dtype(dtype).name, vmem_bytes, layouts, interpret)
+    return _from_mxfp4(data, scale, jnp.dtype(dtype).name, vmem_bytes, layouts, pin_hbm, interpret)
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
-def _from_mxfp4(data, scale, dtype, vmem_bytes, layouts, interpret):
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 6))
+def _from_mxfp4(data, scale, dtype, vmem_bytes, layouts, pin_hbm, interpret):
     shape = data.shape[:-1] + (2 * data.shape[-1],)
     p = plan(shape, jnp.dtype(dtype).itemsize)
     layouts = layouts or p.layouts
@@ -347,4 +355,4 @@ def _from_mxfp4(data, scale, dtype, vmem_bytes, layouts, interpret):
         data3 = jnp.swapaxes(data3, 1, 2)
     if layouts.scale:
         scale3 = jnp.swapaxes(scale3, 1, 2)
-    return _from_stored(dequantize_3d(data3, scale3, dtype, tiles, layouts, interpret), layouts.x, shape)
+    return _from_stored(dequantize_3d(data3, scale3, dtype, tiles, layouts, interpret, pin_hbm=pin_hbm), layouts.x, shape)

@@ -36,6 +36,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from xlabridge.mx import _constants as C
 from xlabridge.mx import _formulation
+from xlabridge.mx._mosaic import hbm
 from xlabridge.mx._mosaic.rows import LANES, MosaicOps
 
 BLOCK_SIZE = 32
@@ -208,11 +209,12 @@ def _weight_spec(layout: Storage, rows: int, tn: int, index, array):
     return pl.BlockSpec((1, tn, rows), index(lambda e, a, n, k: (e, n, k)))
 
 
-def matmul(x, data, scale, ids=None, bias=None, *, layouts: WeightLayouts, interpret=False):
+def matmul(x, data, scale, ids=None, bias=None, *, layouts: WeightLayouts, pin_hbm: bool = False, interpret=False):
     """``y`` ``[A, M, N]`` (``x``'s dtype) of ``x`` ``[A, M, K]`` (bfloat16) and the MXFP4 weight in its
     stored order (``stored``: ``data`` ``[E, N, K/2]`` transposed as ``layouts.data`` says, ``scale``
     likewise), ``ids`` ``[A]`` int32 or None, ``bias`` ``[E, N]`` float32 or None, from one
-    ``pallas_call``. Grid ``(N / tn, A, K / tk)``: the groups of one column tile run in a row."""
+    ``pallas_call`` (``pin_hbm``: every array in HBM, ``hbm.py``). Grid ``(N / tn, A, K / tk)``: the
+    groups of one column tile run in a row."""
     A, M, K = x.shape
     N = data.shape[1] if layouts.data is Storage.ROWS else data.shape[2]
     if not supports(layouts, K):
@@ -251,10 +253,11 @@ def matmul(x, data, scale, ids=None, bias=None, *, layouts: WeightLayouts, inter
     weight_bytes = A * N * K // 2 + (scale.size if outer_scale else A * N * K // BLOCK_SIZE)
     kernel = functools.partial(_kernel, has_ids=has_ids, has_bias=has_bias, layouts=layouts, k_steps=k_steps,
                                tn=tn, tk=tk)
+    pin = pin_hbm and not interpret  # HBM is the TPU compile's; the interpreter (jax 0.7.1) refuses it
     return pl.pallas_call(
         kernel,
         grid_spec=grid_spec,
-        out_shape=jax.ShapeDtypeStruct((A, M, N), x.dtype),
+        out_shape=hbm.result(pin, (A, M, N), x.dtype),
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "arbitrary" if outer_scale else "parallel", "arbitrary"),
             vmem_limit_bytes=_vmem_limit(M, tn, tk, scale.shape[0] // n_blocks if outer_scale else 0)),
@@ -263,7 +266,7 @@ def matmul(x, data, scale, ids=None, bias=None, *, layouts: WeightLayouts, inter
                                       + A * M * N * x.dtype.itemsize),
         interpret=interpret,
         name="xlabridge_mxfp4_matmul",
-    )(*([ids] if has_ids else []), *operands)
+    )(*hbm.operands(pin, *([ids] if has_ids else []), *operands))
 
 
 def _vmem_limit(m: int, tn: int, tk: int, experts: int) -> int:
@@ -274,31 +277,34 @@ def _vmem_limit(m: int, tn: int, tk: int, experts: int) -> int:
     return min(max(2 * need, 16 << 20), 64 << 20)
 
 
-def linear(x, data, scale, bias=None, *, interpret=False):
+def linear(x, data, scale, bias=None, *, pin_hbm: bool = False, interpret=False):
     """JAX entry (tests, the TPU view): ``x`` ``[..., K]`` bfloat16 times a 2-D MXFP4 weight ``data``
-    ``[N, K/2]``, ``scale`` ``[N, K/32]`` (logical shapes), stored as XLA:TPU would by default."""
-    return _linear(x, data, scale, bias, interpret)
+    ``[N, K/2]``, ``scale`` ``[N, K/32]`` (logical shapes), stored as XLA:TPU would by default;
+    ``pin_hbm``: ``hbm.pins`` of the TPU it is compiled for."""
+    return _linear(x, data, scale, bias, pin_hbm, interpret)
 
 
-@functools.partial(jax.jit, static_argnums=(4,))
-def _linear(x, data, scale, bias, interpret):
+@functools.partial(jax.jit, static_argnums=(4, 5))
+def _linear(x, data, scale, bias, pin_hbm, interpret):
     n, k = data.shape[0], 2 * data.shape[1]
     layouts = weight_layouts(n, k, None)
     y = matmul(x.reshape(1, -1, k), stored(data[None], layouts.data), stored(scale[None], layouts.scale), None,
-               None if bias is None else bias.reshape(1, n).astype(jnp.float32), layouts=layouts, interpret=interpret)
+               None if bias is None else bias.reshape(1, n).astype(jnp.float32), layouts=layouts, pin_hbm=pin_hbm,
+               interpret=interpret)
     return y.reshape(x.shape[:-1] + (n,))
 
 
-def expert_linear(x, data, scale, ids=None, bias=None, *, interpret=False):
+def expert_linear(x, data, scale, ids=None, bias=None, *, pin_hbm: bool = False, interpret=False):
     """JAX entry: ``x`` ``[A, M, K]`` times experts ``ids`` of ``data`` ``[E, N, K/2]``, ``scale``
-    ``[E, N, K/32]`` (``bias`` ``[E, N]``), stored as XLA:TPU would by default."""
-    return _expert_linear(x, data, scale, ids, bias, interpret)
+    ``[E, N, K/32]`` (``bias`` ``[E, N]``), stored as XLA:TPU would by default (``pin_hbm``: as
+    ``linear``'s)."""
+    return _expert_linear(x, data, scale, ids, bias, pin_hbm, interpret)
 
 
-@functools.partial(jax.jit, static_argnums=(5,))
-def _expert_linear(x, data, scale, ids, bias, interpret):
+@functools.partial(jax.jit, static_argnums=(5, 6))
+def _expert_linear(x, data, scale, ids, bias, pin_hbm, interpret):
     e, n, k = data.shape[0], data.shape[1], 2 * data.shape[2]
     layouts = weight_layouts(n, k, e)
     return matmul(x, stored(data, layouts.data), stored(scale, layouts.scale), None if ids is None else ids.astype(jnp.int32),
-                  None if bias is None else bias.astype(jnp.float32), layouts=layouts,
+                  None if bias is None else bias.astype(jnp.float32), layouts=layouts, pin_hbm=pin_hbm,
                   interpret=interpret)

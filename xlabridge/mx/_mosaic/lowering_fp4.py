@@ -90,7 +90,7 @@ def to_mxfp4(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Ten
     if x.dtype == torch.float16:  # Mosaic takes no float16 operand: its bits as bfloat16 (rows.py)
         x = _tpu._float16_bits(x)
     L, R, K = p.shape3
-    payload = _payload("cast", p.shape3, dtype, rounding, _tpu._vmem_bytes(x.device), p.layouts)
+    payload = _payload("cast", p.shape3, dtype, rounding, _tpu._vmem_bytes(x.device), p.layouts, _pin_hbm(x.device))
     data, scale = _custom_call(
         [_to_stored(x, p.shape3, p.layouts.x)], payload,
         [fp4.stored_shape((L, R, K // 2), p.layouts.data), fp4.stored_shape((L, R, K // BLOCK_SIZE), p.layouts.scale)],
@@ -108,7 +108,8 @@ def from_mxfp4(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: 
     if p.relayouts:
         _warn_relayouts(shape, p.relayouts, "from_mxfp4")
     L, R, K = p.shape3
-    payload = _payload("dequantize", p.shape3, _DTYPES[dtype], "", _tpu._vmem_bytes(data.device), p.layouts)
+    payload = _payload("dequantize", p.shape3, _DTYPES[dtype], "", _tpu._vmem_bytes(data.device), p.layouts,
+                       _pin_hbm(data.device))
     (values,) = _custom_call(
         [_to_stored(data, (L, R, K // 2), p.layouts.data), _to_stored(scale, (L, R, K // BLOCK_SIZE), p.layouts.scale)],
         payload, [fp4.stored_shape(p.shape3, p.layouts.x)], [dtype])
@@ -133,13 +134,21 @@ def matmul(x, data, scale, expert_ids, bias, block_size: int) -> torch.Tensor:
     inputs += [x, _stored(data, layouts.data), _stored(scale, layouts.scale)]
     if bias is not None:
         inputs.append(bias.to(torch.float32))
-    payload = _matmul_payload((A, M, K), (E, N), expert_ids is not None, bias is not None, layouts)
+    payload = _matmul_payload((A, M, K), (E, N), expert_ids is not None, bias is not None, layouts, _pin_hbm(x.device))
     (y,) = _custom_call(inputs, payload, [(A, M, N)], [x.dtype])
     return y
 
 
+def _pin_hbm(device: torch.device) -> bool:
+    """Whether the kernels pin their arrays to HBM on the TPU the graph is traced for (``hbm.py``)."""
+    from xlabridge.mx._mosaic import hbm
+
+    return hbm.pins(_lowering.lowering_generation(device))
+
+
 @functools.lru_cache(maxsize=128)
-def _payload(kind: str, shape3: tuple[int, int, int], dtype: str, rounding: str, vmem_bytes: int | None, layouts) -> str:
+def _payload(kind: str, shape3: tuple[int, int, int], dtype: str, rounding: str, vmem_bytes: int | None, layouts,
+             pin_hbm: bool) -> str:
     """The backend config of the MXFP4 cast or dequantize kernel for ``[L, R, K]`` values, lowered for TPU."""
     import jax
 
@@ -149,17 +158,19 @@ def _payload(kind: str, shape3: tuple[int, int, int], dtype: str, rounding: str,
     itemsize = jax.numpy.dtype(dtype).itemsize
     tiles = fp4.tiles_for(shape3, itemsize, vmem_bytes)
     if kind == "cast":
-        fn = functools.partial(fp4.cast_3d, rounding=rounding, tiles=tiles, layouts=layouts, float16=dtype == "float16")
+        fn = functools.partial(fp4.cast_3d, rounding=rounding, tiles=tiles, layouts=layouts, float16=dtype == "float16",
+                               pin_hbm=pin_hbm)
         args = (jax.ShapeDtypeStruct(fp4.stored_shape(shape3, layouts.x), "bfloat16" if dtype == "float16" else dtype),)
     else:
-        fn = functools.partial(fp4.dequantize_3d, dtype=dtype, tiles=tiles, layouts=layouts)
+        fn = functools.partial(fp4.dequantize_3d, dtype=dtype, tiles=tiles, layouts=layouts, pin_hbm=pin_hbm)
         args = (jax.ShapeDtypeStruct(fp4.stored_shape((L, R, K // 2), layouts.data), "uint8"),
                 jax.ShapeDtypeStruct(fp4.stored_shape((L, R, K // BLOCK_SIZE), layouts.scale), "uint8"))
     return _lower(fn, args, f"MXFP4 {kind}")
 
 
 @functools.lru_cache(maxsize=128)
-def _matmul_payload(x_shape: tuple[int, int, int], weight: tuple[int, int], has_ids: bool, has_bias: bool, layouts) -> str:
+def _matmul_payload(x_shape: tuple[int, int, int], weight: tuple[int, int], has_ids: bool, has_bias: bool, layouts,
+                    pin_hbm: bool) -> str:
     import jax
 
     from xlabridge.mx._mosaic import fp4_matmul
@@ -177,7 +188,7 @@ def _matmul_payload(x_shape: tuple[int, int, int], weight: tuple[int, int], has_
     def fn(*operands):
         ids = operands[0] if has_ids else None
         rest = operands[1:] if has_ids else operands
-        return fp4_matmul.matmul(*rest[:3], ids, rest[3] if has_bias else None, layouts=layouts)
+        return fp4_matmul.matmul(*rest[:3], ids, rest[3] if has_bias else None, layouts=layouts, pin_hbm=pin_hbm)
 
     return _lower(fn, tuple(args), "MXFP4 matmul")
 
