@@ -355,11 +355,14 @@ def _mx4_cast_tpu(data: dict) -> list[str]:
     matmul = [[r["generation"], r["shape"], r["tokens"], r["variant"], r["kernel_count"],
                f"{r['weight_bytes_per_parameter']:.3f}", _time(r["cost_model_s"] * 1e3) if r.get("cost_model_s") else "-"]
               for r in data["matmul"]]
+    pinned = any(r.get("pin_hbm") for r in data["cast"] + data["matmul"])
     return [
         f"**Compiled for TPU by libtpu {data['libtpu']}, not run** (jax {data['jax']}; xlabridge at {data['commit']}). "
         "MXFP4 cast and dequantization of bf16 `[M, 8192]`: kernels and the executable's buffer bytes against the "
         "ideal traffic (input read once, packed data and scale bytes written once). Kernels other than the Mosaic "
-        "call are listed (`copy-start`: an input XLA:TPU prefetches into VMEM before the kernel).",
+        "call are listed (`copy-start`: an input XLA:TPU prefetches into VMEM before the kernel)."
+        + (" The Mosaic kernels' operands and results are pinned to HBM (`xlabridge/mx/_mosaic/hbm.py`): unpinned, "
+           "this XLA colors them VMEM where they fit and prefetches them." if pinned else ""),
         "",
         *_table(["TPU", "operation", "input", "kernels", "bytes vs ideal", "other kernels"], rows),
         "The fused MXFP4 linear beside the bf16 matmul of the dequantized weight (the cost model's time; for the "
