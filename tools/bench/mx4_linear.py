@@ -1,7 +1,7 @@
 """The fused MXFP4 linear on a CUDA GPU against ``torch.nn.functional.linear`` of the bfloat16
 dequantized weight, at decode shapes (1 to 64 tokens), all in one run.
 
-    PYTHONPATH=. python3 tools/bench/mx4_linear.py --out mx4_linear_h100.json
+    PYTHONPATH=. python3 tools/bench/mx4_linear.py    # writes tools/bench/results/mx4_linear.json
 
 Shapes: gpt-oss-20b's (its public config: hidden and intermediate size 2880, 32 experts, 4 per
 token) one expert's ``gate_up`` (5760 x 2880) and ``down`` (2880 x 2880) projections, and the
@@ -127,7 +127,7 @@ def expert_rows(dev) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="mx4_linear.json")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "mx4_linear.json"))
     parser.add_argument("--shapes", default=",".join(LINEARS) + ",experts", help="comma-separated names (default: all)")
     args = parser.parse_args()
     import triton
