@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import sys
 import time
@@ -125,10 +126,37 @@ def expert_rows(dev) -> list[dict]:
     return rows
 
 
+def _warm(tasks) -> None:
+    """One call of each (shape, tokens) task: compiles what its first-call tuning times."""
+    dev = torch.device("cuda")
+    for name, tokens in tasks:
+        if name == "experts":
+            n, k = 2 * INTERMEDIATE, HIDDEN
+            weight, _ = _weights(n, k, 1, dev, experts=EXPERTS)[0]
+            groups = min(EXPERTS, TOP_K * tokens)
+            x = torch.randn(groups, math.ceil(TOP_K * tokens / groups), k, device=dev, dtype=torch.bfloat16)
+            mx.mxfp4_expert_linear(x, weight, torch.arange(groups, device=dev, dtype=torch.int32))
+        else:
+            n, k = LINEARS[name]
+            weight, _ = _weights(n, k, 1, dev)[0]
+            mx.mxfp4_linear(torch.randn(tokens, k, device=dev, dtype=torch.bfloat16), weight)
+    torch.cuda.synchronize()
+
+
+def precompile(names: list[str], workers: int) -> None:
+    """Run every (shape, tokens) once in ``workers`` processes first: their first-call tuning
+    compiles the candidates into Triton's on-disk cache, in parallel, for this process to load."""
+    tasks = [(name, tokens) for name in names for tokens in TOKENS]
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        pool.map(_warm, [tasks[i::workers] for i in range(workers)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "mx4_linear.json"))
     parser.add_argument("--shapes", default=",".join(LINEARS) + ",experts", help="comma-separated names (default: all)")
+    parser.add_argument("--precompile", type=int, default=0, metavar="WORKERS",
+                        help="compile the candidates in this many processes first (0: compile as the tuning needs them)")
     args = parser.parse_args()
     import triton
 
@@ -138,6 +166,9 @@ def main() -> None:
                "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                "rows": []}
     wanted = args.shapes.split(",")
+    if args.precompile:
+        precompile(wanted, args.precompile)
+        results["precompile_seconds"] = time.time() - started
     for name, (n, k) in LINEARS.items():
         if name in wanted:
             results["rows"] += linear_rows(name, n, k, dev)

@@ -28,13 +28,13 @@ _FEATURE = "xlabridge.mx MXFP4 CUDA kernels"
 
 CAST_CONFIG = (64, 4)
 """(blocks per program, warps) of the cast of float32 and float16."""
-BF16_CAST_CONFIG = (128, 4, False)
+BF16_CAST_CONFIG = (32, 1, False)
 """(blocks per program, warps, quad) of the cast of bfloat16 (``mxfp4_cast_bf16_kernel``'s
 ``QUAD``): a multiple of 32 blocks per warp with one thread per block, 8 per warp with four."""
 BF16_CONFIGS = (tuple((blocks, warps, False) for warps in (1, 2, 4, 8) for blocks in (32 * warps, 64 * warps, 128 * warps))
                 + tuple((8 * warps, warps, True) for warps in (2, 4, 8, 16)))
 """What the benchmark sweeps for the bfloat16 cast."""
-DEQUANTIZE_CONFIG = (64, 4)
+DEQUANTIZE_CONFIG = (128, 4)
 """(blocks per program, warps) of the dequantization."""
 CONFIGS = tuple((tile, warps) for tile in (32, 64, 128, 256) for warps in (2, 4, 8))
 """What the benchmark sweeps for both."""
