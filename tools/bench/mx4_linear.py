@@ -14,7 +14,8 @@ over enough distinct weights (>= 256 MB for the bf16 side, the MXFP4 side rotati
 number of copies) that no weight is served from L2, as in decode, where each layer's weights are
 read once per token. ``speedup`` is the bf16 time over the fused time, both from this run. The
 fused kernel's first call per shape times its candidate configs (``fp4_matmul.TUNING``, written
-out per shape) and keeps the fastest.
+out per shape) and keeps the fastest; ``--precompile N`` first makes those first calls in ``N``
+processes, which compile the candidates into Triton's cache in parallel.
 
 Checks, per shape and token count: the fused result against the float64 product of the
 dequantized weight (``max_error_ulps``: in bf16 ulps of the exact value; 0.5 is correct rounding,
