@@ -86,7 +86,12 @@ def test_dynamo_breaks_match_torch_dynamo_explain(fn, category, xla_device):
     assert [(b.reason, b.code) for b in report.dynamo_breaks] == [(t.gb_type, expected_code(t)) for t in logged]
     assert all((b.filename, b.lineno) == (t.file, t.line)
                for b, t in zip(report.dynamo_breaks, logged) if outside_frameworks(t.file))
-    assert all(b.code.startswith("GB") and b.hints for b in report.dynamo_breaks)
+    # a code for each: the page torch's message names (torch 2.9 and later), else its registry's by the
+    # break's type (torch 2.8), which lists the data-dependent branch's as "_gb_type" (the name of the
+    # variable generic_jump passes, not its value): torch 2.8 has no code for that one
+    assert all(b.code.startswith("GB") or (not t.code and b.reason == "Data-dependent branching")
+               for b, t in zip(report.dynamo_breaks, logged))
+    assert all(b.hints for b in report.dynamo_breaks)
     (only,) = report.dynamo_breaks
     assert only.category == category
     assert (only.filename, only.lineno, only.function) == (__file__, _line_of(fn, "# BREAK"), fn.__name__)
