@@ -4,6 +4,8 @@ recompiles against the shapes the test changes, locations against this file's li
 
 from __future__ import annotations
 
+import dataclasses
+
 import inspect
 import time
 from pathlib import Path
@@ -91,15 +93,22 @@ def test_a_cpu_run_round_trips_through_its_log_and_its_time_adds_up(tmp_path: Pa
         return y.cos()
 
     compiled = torch.compile(step, backend="aot_eager", dynamic=False)
+    metrics = torch._dynamo.utils.compilation_time_metrics  # torch's own account of its compiles
+    compiled_before = sum(metrics.get("_compile.compile_inner", []))
     began = time.perf_counter()
     with xd.diagnose(log=tmp_path / "events.jsonl") as report:
         for size in (8, 8, 16):
             compiled(torch.randn(size, requires_grad=True)).sum().backward()
         wall = time.perf_counter() - began
+    torch_compiling = sum(metrics.get("_compile.compile_inner", [])) - compiled_before
     assert build_report(ev.read_log(tmp_path / "events.jsonl").events) == report
     (split,) = report.time
-    shares = [split.tracing, split.xla_compile, split.execution, split.cpu_fallback, split.other]
+    shares = [getattr(split, f.name) for f in dataclasses.fields(split) if f.name not in ("pid", "wall")]
     assert all(share >= 0 for share in shares)
     assert sum(shares) == pytest.approx(wall, rel=0.05)
-    assert split.tracing > 0.5 * wall  # compiling dominates three calls of a tiny function
+    # torch's own account of its compiles: all in the tracing share, but for the modules first imported
+    # inside them (their own share)
+    assert torch_compiling > 0
+    assert split.tracing <= 1.1 * torch_compiling
+    assert split.tracing + split.imports >= 0.9 * torch_compiling
     assert split.xla_compile == split.execution == split.cpu_fallback == 0
