@@ -9,11 +9,12 @@ the probes after the last recorder.
 
 from __future__ import annotations
 
-from xlabridge.diagnostics._observe import environment as _environment, recorder as _recorder
+from xlabridge.diagnostics._observe import environment as _environment, fx_programs, recorder as _recorder
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._observe.probes import (
     dynamo_compiles,
+    dynamo_graphs,
     registry,
     selftest,
     torchtpu,
@@ -73,6 +74,8 @@ def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
     # after the observed time, and unobserved: lowering imports JAX, which is not the program's work
     _recorder.safely(torchtpu.INFO.name, "writing TorchTPU's graphs", torchtpu.write_graphs, recorder,
                      _lower_torchtpu if recorder.capture_hlo else None)
+    kept = dynamo_graphs.kept_for(recorder)
+    _recorder.safely(dynamo_graphs.INFO.name, "lowering Dynamo's graphs for TPU", fx_programs.write, recorder, kept)
 
 
 def _lower_torchtpu(partition: torchtpu.Partition) -> str:

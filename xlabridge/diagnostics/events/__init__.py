@@ -48,6 +48,7 @@ from xlabridge.diagnostics.events._types import (
     EagerOps,
     FxCode,
     FxLine,
+    FxProgram,
     GraphBreak,
     GraphCalled,
     GraphCalls,
@@ -57,6 +58,7 @@ from xlabridge.diagnostics.events._types import (
     LazyGraphSeen,
     LazyRun,
     LazyRuns,
+    LoweringBreak,
     Partitioned,
     ProbeStatus,
     ProcessEnd,
@@ -66,6 +68,7 @@ from xlabridge.diagnostics.events._types import (
     Sync,
     TpuCompiled,
     TpuPass,
+    TpuSlice,
     Transfer,
     XlaCompile,
     XlaGraphSeen,
@@ -83,6 +86,7 @@ __all__ = [
     "Frame",
     "FxCode",
     "FxLine",
+    "FxProgram",
     "GraphBreak",
     "GraphCalled",
     "GraphCalls",
@@ -94,6 +98,7 @@ __all__ = [
     "LazyGraphSeen",
     "LazyRun",
     "LazyRuns",
+    "LoweringBreak",
     "Partitioned",
     "ProbeState",
     "ProbeStatus",
@@ -106,6 +111,7 @@ __all__ = [
     "Sync",
     "TpuCompiled",
     "TpuPass",
+    "TpuSlice",
     "Transfer",
     "XlaCompile",
     "XlaGraphSeen",
@@ -158,7 +164,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-_NESTED = {"Frame": Frame, "CpuNode": CpuNode, "SegmentRecord": SegmentRecord, "LazyRun": LazyRun, "FxLine": FxLine}
+_NESTED = {"Frame": Frame, "CpuNode": CpuNode, "SegmentRecord": SegmentRecord, "LazyRun": LazyRun, "FxLine": FxLine,
+           "LoweringBreak": LoweringBreak}
 _ENUMS = {"ProbeState": ProbeState, "SegmentKind": SegmentKind, "XlaPhase": XlaPhase, "GraphOrigin": GraphOrigin,
           "HloFormat": HloFormat}
 

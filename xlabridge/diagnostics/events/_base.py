@@ -42,6 +42,8 @@ class EventType(str, enum.Enum):
     IMPORTED = "imported"
     SYNC = "sync"
     EAGER_OPS = "eager_ops"
+    FX_PROGRAM = "fx_program"
+    TPU_SLICE = "tpu_slice"
 
 
 class ProbeState(str, enum.Enum):
