@@ -325,3 +325,13 @@ def torchxla_backends() -> ModuleType:
     from torch._dynamo.backends import torchxla
 
     return torchxla
+
+
+@surface("torch", "torch._inductor.compile_fx", checked=CHECKED, uses=("_compile_fx_inner",))
+def inductor_compile_fx() -> ModuleType:
+    """Inductor's compile module: ``_compile_fx_inner`` compiles one forward, backward or inference
+    graph (codegen, the C++/Triton compile, autotuning), called by ``compile_fx_inner`` through its
+    module's globals at each call."""
+    from torch._inductor import compile_fx
+
+    return compile_fx

@@ -13,6 +13,7 @@ from xlabridge.diagnostics._observe import environment as _environment, fx_progr
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._observe.probes import (
+    compiled_calls,
     dynamo_compiles,
     dynamo_graphs,
     registry,
@@ -53,6 +54,7 @@ def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
     try:
         _recorder.safely(xla_helper.INFO.name, "summing calls", xla_helper.flush)
         _recorder.safely(torchtpu.INFO.name, "summing calls", torchtpu.flush)
+        _recorder.safely(compiled_calls.INFO.name, "summing calls", compiled_calls.flush, recorder)
         _recorder.safely(dynamo_compiles.INFO.name, "reading compilation metrics", dynamo_compiles.drain)
         started, baseline, eager = _baselines.pop(
             id(recorder), (recorder.events[0].t, xla_metrics.Snapshot(), xla_eager.Baseline()))

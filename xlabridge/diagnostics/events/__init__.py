@@ -40,8 +40,10 @@ from xlabridge.diagnostics.events._base import (
     innermost,
 )
 from xlabridge.diagnostics.events._types import (
+    BackendCompile,
     BridgeGraph,
     CompilePath,
+    CompiledCalls,
     CpuNode,
     DynamoCompile,
     EVENT_CLASSES,
@@ -75,8 +77,10 @@ from xlabridge.diagnostics.events._types import (
 )
 
 __all__ = [
+    "BackendCompile",
     "BridgeGraph",
     "CompilePath",
+    "CompiledCalls",
     "CpuNode",
     "DynamoCompile",
     "EagerOps",

@@ -44,6 +44,8 @@ class EventType(str, enum.Enum):
     EAGER_OPS = "eager_ops"
     FX_PROGRAM = "fx_program"
     TPU_SLICE = "tpu_slice"
+    BACKEND_COMPILE = "backend_compile"
+    COMPILED_CALLS = "compiled_calls"
 
 
 class ProbeState(str, enum.Enum):

@@ -444,6 +444,35 @@ class TpuSlice(Event):
     reason: str = _field("why the search stopped without a fit (the batch does not split further, ...)", "")
 
 
+@dataclasses.dataclass(kw_only=True)
+class BackendCompile(Event):
+    """A backend compiled one graph AOTAutograd handed it, from ``start`` to ``t`` (inductor: code
+    generation, the C++/Triton compile, autotuning, waiting on its compile workers)."""
+
+    type: ClassVar[EventType] = EventType.BACKEND_COMPILE
+    start: float = _field("monotonic start")
+    compile_id: str = _field("Dynamo's compile id (empty for a deferred backward compiled outside Dynamo)", "")
+    backend: str = _field("the compiler (``inductor``)", "inductor")
+    role: str = _field("``forward``, ``backward`` or ``inference``", "forward")
+
+
+@dataclasses.dataclass(kw_only=True)
+class CompiledCalls(Event):
+    """The calls of one compiled graph of a backend that is not an XLA front end (inductor, eager,
+    aot_eager...), timed on the host clock around the call, over the observation: the forward as
+    Dynamo calls it, the backward as autograd runs AOTAutograd's compiled backward node. On CUDA a
+    call's host time is its launches', not the GPU's, unless the program synchronizes inside it."""
+
+    type: ClassVar[EventType] = EventType.COMPILED_CALLS
+    compile_id: str = _field("Dynamo's compile id of the graph")
+    backend: str = _field("the backend as its user names it (``inductor``)")
+    role: str = _field("``forward`` (the call Dynamo makes: an inference call too) or ``backward``")
+    calls: int = _field("calls")
+    seconds: float = _field("their host time summed")
+    spans: list[list[float]] = _field("``[start, seconds]`` of each call, for the timeline (the first "
+                                      "``compiled_calls.TIMELINE_CALLS``)", factory=list)
+
+
 EVENT_CLASSES: dict[EventType, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -451,6 +480,7 @@ EVENT_CLASSES: dict[EventType, type[Event]] = {
         BridgeGraph, Partitioned, XlaGraphSeen, XlaCompile, GraphCalled, GraphCalls, Transfer, ProcessEnd,
         TpuCompiled, TpuPass, Imported, Sync, EagerOps,
         LazyGraphSeen, LazyRuns, GraphCollectives, FxCode, FxProgram, TpuSlice,
+        BackendCompile, CompiledCalls,
     )
 }
 assert set(EVENT_CLASSES) == set(EventType), "every event type has its class"

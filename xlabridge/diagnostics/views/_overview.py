@@ -23,7 +23,7 @@ from xlabridge.diagnostics.views._model import (
 if TYPE_CHECKING:
     from xlabridge.diagnostics.report import Finding, Report
 
-_SHARE_WORDS = {"xla_compile": "XLA compile", "cpu_fallback": "CPU fallback"}
+_SHARE_WORDS = {"xla_compile": "XLA compile", "cpu_fallback": "CPU fallback", "backend_compile": "backend compile"}
 SHARE_LABELS: tuple[tuple[str, str], ...] = tuple(
     (name, _SHARE_WORDS.get(name, name.replace("_", " "))) for name in TimeSplit.SHARES
 )
@@ -33,6 +33,7 @@ SHARE_OF_KIND: dict[str, str] = {
     SpanKind.IMPORT.value: "imports",
     SpanKind.TRACE.value: "tracing",
     SpanKind.EXTRACT.value: "tracing",
+    SpanKind.BACKEND_COMPILE.value: "backend_compile",
     SpanKind.XLA_COMPILE.value: "xla_compile",
     SpanKind.EXECUTE.value: "execution",
     SpanKind.CPU_FALLBACK.value: "cpu_fallback",
@@ -47,6 +48,7 @@ KIND_COLOURS: dict[str, str] = {
     SpanKind.IMPORT.value: "#b07aa1",
     SpanKind.TRACE.value: "#edc948",
     SpanKind.EXTRACT.value: "#9c755f",
+    SpanKind.BACKEND_COMPILE.value: "#d37295",
     SpanKind.XLA_COMPILE.value: "#e15759",
     SpanKind.EXECUTE.value: "#4e79a7",
     SpanKind.CPU_FALLBACK.value: "#f28e2b",

@@ -34,7 +34,7 @@ from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics._observe import recorder as _recorder
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, dynamo_compiles
+from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, compiled_calls, dynamo_compiles
 
 INFO = ProbeInfo(
     name="dynamo.graphs",
@@ -142,8 +142,13 @@ def record(gm: torch.fx.GraphModule, backend: str) -> None:
 
 
 def _backend_name(compiler_fn: Any) -> str:
+    """The backend as its user names it: ``inductor`` for ``torch.compile``'s wrapper of it (and
+    ``compiler_name`` of its wrapper of a backend given with options), else its registered name."""
     original = upstream_torch.original_backend(compiler_fn)
     original = getattr(original, "compiler_fn", original)
+    named = getattr(original, "compiler_name", None)
+    if isinstance(named, str) and named:
+        return named
     for name, fn in upstream_torch.dynamo_backends().items():
         if fn is original:
             return name
@@ -156,20 +161,21 @@ def _wrap_call_user_compiler(original: Any) -> Any:
             return original(self, gm, *args, **kwargs)
         dynamo_compiles.ensure()
         compile_id, started = current_compile_id(), time.monotonic()
+        backend = _recorder.safely(INFO.name, "naming a backend", _backend_name, self.compiler_fn) or "?"
         _SELF_REPORTED.discard(compile_id)
         _recorder.safely(INFO.name, "keeping a Dynamo graph for the TPU view",
-                         lambda: _keep(gm, args[0] if args else kwargs.get("example_inputs", ()), compile_id,
-                                       _backend_name(self.compiler_fn)))
+                         lambda: _keep(gm, args[0] if args else kwargs.get("example_inputs", ()), compile_id, backend))
         try:
-            return original(self, gm, *args, **kwargs)
+            compiled = original(self, gm, *args, **kwargs)
         finally:
             if compile_id in _SELF_REPORTED:
                 _SELF_REPORTED.discard(compile_id)
             else:
-                _recorder.safely(
-                    INFO.name, "recording a Dynamo graph",
-                    lambda: _emit(gm, compile_id, _backend_name(self.compiler_fn), started),
-                )
+                _recorder.safely(INFO.name, "recording a Dynamo graph", lambda: _emit(gm, compile_id, backend, started))
+        if backend in compiled_calls.XLA_FRONT_ENDS or not callable(compiled):
+            return compiled
+        return _recorder.safely(compiled_calls.INFO.name, "timing a compiled graph", compiled_calls.wrap,
+                                compiled, compile_id, backend) or compiled
 
     return call_user_compiler
 
