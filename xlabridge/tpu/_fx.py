@@ -262,7 +262,10 @@ def export_fx(
     def run(*tensors: Any) -> Any:
         viewed = iter(interop.torch_view(tensors))
         args = [constants[i] if i in constants else next(viewed) for i in range(len(input_specs))]
-        with env:
+        # random ops draw from a key made inside the program: torchax's own key, a concrete array,
+        # would be hoisted as an extra argument (which a sharded export miscounts) and rotated
+        # into a leaked tracer
+        with env, env.override_property(prng=jax.random.PRNGKey(0)):
             outputs = _Interpreter(gm).run(*args)
         flat = [o for o in outputs if o is not None] if isinstance(outputs, (tuple, list)) else [outputs]
         return interop.jax_view(tuple(flat))
