@@ -102,7 +102,7 @@ def trace_programs(gm: torch.fx.GraphModule, inputs: Sequence[TensorMeta | int |
             return upstream_torch.boxed_nop(graph)
         return compiler
 
-    graph = _fx.on_one_device(gm)
+    graph = _on_cpu(_fx.on_one_device(gm))
     with upstream_torch.eager_backward_compile(), sdpa_kernel([SDPBackend.MATH]), torch.set_grad_enabled(training):
         upstream_torch.aot_module_simplified(
             graph, args, fw_compiler=keep("forward"), bw_compiler=keep("backward"),
@@ -113,6 +113,25 @@ def trace_programs(gm: torch.fx.GraphModule, inputs: Sequence[TensorMeta | int |
     for program in programs:
         program.batch_inputs = _batch_inputs(program, inputs, batch)
     return programs
+
+
+def _on_cpu(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` with every device it names positionally (``x.to(device)``) the CPU's: its inputs are
+    traced as fake CPU tensors, whatever device the run used (CUDA, meta)."""
+    cpu = torch.device("cpu")
+
+    def replace(value: Any) -> Any:
+        if isinstance(value, torch.device):
+            return cpu
+        if isinstance(value, (list, tuple)):
+            return type(value)(replace(v) for v in value)
+        return value
+
+    for node in gm.graph.nodes:
+        node.args = replace(node.args)
+        node.kwargs = {k: replace(v) for k, v in node.kwargs.items()}
+    gm.recompile()
+    return gm
 
 
 def _batch_inputs(program: FxProgram, inputs: Sequence[TensorMeta | int | None], batch: int | None) -> list[int]:
