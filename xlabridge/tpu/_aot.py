@@ -41,11 +41,22 @@ class TensorMeta:
     def of(cls, value: Any) -> TensorMeta | int | None:
         """The metadata of one example input: a tensor's, an int's value, None for anything else."""
         if isinstance(value, torch.Tensor):
-            return cls(tuple(int(d) for d in value.shape), value.dtype, bool(value.requires_grad),
+            return cls(tuple(_hint(d) for d in value.shape), value.dtype, bool(value.requires_grad),
                        isinstance(value, torch.nn.Parameter))
         if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
-            return int(value)
+            return _hint(value)
         return None
+
+
+def _hint(value: int | torch.SymInt) -> int:
+    """The value of a size, a symbolic one's hint: ``int()`` of a symbol would add a guard to the graph
+    being compiled (specializing it), which observing must not do."""
+    if not isinstance(value, torch.SymInt):
+        return int(value)
+    from torch.fx.experimental import symbolic_shapes
+
+    hint = getattr(symbolic_shapes, "guarding_hint_or_throw", None) or symbolic_shapes.hint_int  # torch 2.15 / 2.9
+    return int(hint(value))
 
 
 @dataclasses.dataclass
