@@ -117,6 +117,19 @@ def _diagnostics_overhead(data: dict) -> list[str]:
     ]
 
 
+def _diagnostics_overhead_gpu(data: dict) -> list[str]:
+    rows = [[i + 1, " then ".join(p["order"]), _x(p["steady_ratio"], 3), _x(p["first_step_ratio"], 3),
+             _x(p["process_ratio"], 3)] for i, p in enumerate(data["pairs"])]
+    return [
+        f"Ran on {data['machine']}; torch {data['torch']}; {data['repeats']} pairs of processes, {data['steps']} "
+        "steps each, the loop's own clock. Medians: steady step "
+        f"{_pct(data['steady_overhead'])}, first step {_pct(data['first_step_overhead'])} and whole process "
+        f"{_pct(data['process_overhead'])} (pairs after the first: the first fills inductor's cache).",
+        "",
+        *_table(["pair", "order", "steady step, observed / plain", "first step", "whole process"], rows),
+    ]
+
+
 def _pod_capture_overhead(data: dict) -> list[str]:
     rows = [[name, _x(c["steady_ratio"]), _x(c["first_ratio"])] for name, c in data["configurations"].items()]
     return [
@@ -351,6 +364,12 @@ BENCHMARKS = (
     Benchmark("pod_capture_overhead.json", "tools/bench/pod_capture_overhead.py", "What capturing a sharded run costs",
               "Each way `--pod` can capture a lazily traced, tensor-parallel training loop, against a plain run.",
               _pod_capture_overhead),
+    # run on a GPU machine only; listed once its results file is committed
+    *([Benchmark("diagnostics_overhead_gpu.json", "tools/bench/diagnostics_overhead_gpu.py",
+                 "What the report costs a GPU training loop",
+                 "A 6-layer transformer trained with `torch.compile` (inductor) on CUDA, plain and under "
+                 "`xlabridge report`, in alternating pairs of processes.", _diagnostics_overhead_gpu)]
+      if (RESULTS / "diagnostics_overhead_gpu.json").exists() else []),
     Benchmark("torch_xla_examples.json", "tools/torch_xla_examples/summarize.py", "torch_xla's own examples",
               "torch_xla's example scripts run unmodified under `xlabridge report --tpu v5e:2x2`: whether every "
               "row names a user line, the \"other\" share, and their TPU view at their own size.",

@@ -68,6 +68,8 @@ def spans(events: Sequence[ev.Event], graph_index: dict[int, int]) -> list[Span]
             for begin, seconds in event.spans:
                 add(SpanKind.EXECUTE, begin, seconds, f"{event.backend} {event.compile_id} {event.role}")
                 compiled_code.append((begin, begin + seconds))
+            for begin, seconds in event.device_spans:
+                add(SpanKind.DEVICE, begin, seconds, f"GPU: {event.backend} {event.compile_id} {event.role}")
             rest = event.calls - len(event.spans)
             if rest > 0:
                 add(SpanKind.EXECUTE, event.t, 0.0, f"{event.backend} {event.compile_id} {event.role}: {rest} more "

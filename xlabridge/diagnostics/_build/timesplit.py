@@ -131,6 +131,8 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     backend_compile = outside(backend, imports)
     other_calls = [e for e in events if isinstance(e, ev.CompiledCalls)]
     placed = [(s, s + d) for e in other_calls for s, d in e.spans]
+    # on CUDA, the GPU's spans too: the host waiting on compiled work (its own loss.item()) is their execution
+    placed += [(s, s + d) for e in other_calls for s, d in e.device_spans]
     unplaced = sum(max(e.seconds - sum(d for _, d in e.spans), 0.0) for e in other_calls)
     calls = sum(e.t - e.start for e in called) + sum(e.seconds for e in summed)
     cpu = sum(e.cpu_fallback_seconds for e in called) + sum(e.cpu_fallback_seconds for e in summed)

@@ -471,6 +471,9 @@ class CompiledCalls(Event):
     seconds: float = _field("their host time summed")
     spans: list[list[float]] = _field("``[start, seconds]`` of each call, for the timeline (the first "
                                       "``compiled_calls.TIMELINE_CALLS``)", factory=list)
+    device_spans: list[list[float]] = _field(
+        "CUDA: ``[start, seconds]`` of each of those calls on the GPU (CUDA timing events read when the observation "
+        "ended), ``start`` on the host clock, no later than the work ran", factory=list)
 
 
 EVENT_CLASSES: dict[EventType, type[Event]] = {

@@ -19,6 +19,8 @@ class SpanKind(str, enum.Enum):
     """torch_xla's bridge partitioning and tracing an FX graph at its first call."""
     BACKEND_COMPILE = "backend-compile"
     """A backend compiling a graph AOTAutograd handed it (inductor: codegen, C++/Triton compile, autotuning)."""
+    DEVICE = "device"
+    """A call of a compiled graph running on the GPU (CUDA timing events; the host may be elsewhere)."""
     XLA_COMPILE = "xla-compile"
     """XLA compiling a graph (placed at the end of the call or sync it happened in)."""
     EXECUTE = "execute"
