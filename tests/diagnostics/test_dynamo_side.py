@@ -92,8 +92,11 @@ def test_a_cpu_run_round_trips_through_its_log_and_its_time_adds_up(tmp_path: Pa
         wall = time.perf_counter() - began
     assert build_report(ev.read_log(tmp_path / "events.jsonl").events) == report
     (split,) = report.time
-    shares = [split.tracing, split.xla_compile, split.execution, split.cpu_fallback, split.other]
+    shares = [getattr(split, name) for name in split.SHARES]
     assert all(share >= 0 for share in shares)
     assert sum(shares) == pytest.approx(wall, rel=0.05)
-    assert split.tracing > 0.5 * wall  # compiling dominates three calls of a tiny function
-    assert split.xla_compile == split.execution == split.cpu_fallback == 0
+    # compiling (and the imports it does) dominates three calls of a tiny function
+    assert split.tracing + split.imports > 0.5 * wall
+    assert split.xla_compile == split.cpu_fallback == split.backend_compile == 0
+    # aot_eager's graphs are timed per call, forward and backward, each far shorter than a compile
+    assert 0 < split.execution < split.tracing

@@ -119,6 +119,11 @@ def _check_rows(data: dict, logs: Path, tmp_path: Path, backend: str) -> list[di
     return rows
 
 
+def _main(data: dict) -> dict:
+    """The script's process's time split (torch and its helpers start short ``python -c`` processes too)."""
+    return max(data["time"], key=lambda split: split["wall"])
+
+
 def _same_results(a: Path, b: Path) -> None:
     first, second = torch.load(a), torch.load(b)
     flat_a, flat_b = torch.utils._pytree.tree_leaves(first), torch.utils._pytree.tree_leaves(second)
@@ -139,7 +144,7 @@ def test_inductor_transformers_get_tpu_rows_and_unchanged_results(tmp_path, name
     assert any(r["role"] == "inference" for r in rows) and any(r["role"] == "backward" for r in rows)
     assert any(f"models/{names[0]}/modeling_{names[0]}.py" in r["filename"] for r in rows)
     assert "TPU view (v6e:2x2)" in text and "inductor" in text
-    (split,) = data["time"]
+    split = _main(data)
     assert split["backend_compile"] > 0 and split["execution"] > 0
     assert {s["kind"] for s in data["timeline"]} >= {"backend-compile", "execute"}
     _plain(tmp_path, str(tmp_path / "plain.pt"), *names)
@@ -183,7 +188,7 @@ def test_hugging_face_trainer(tmp_path):
     rows = _check_rows(data, logs, tmp_path, "inductor")
     assert {r["role"] for r in rows} == {"forward", "backward"}
     assert data["tpu"]["slices"] and all(s["chips"] == 1 for s in data["tpu"]["slices"])
-    (split,) = data["time"]
+    split = _main(data)
     assert split["other"] <= 0.10 * split["wall"], split
     assert split["backend_compile"] > 0.2 * split["wall"]  # inductor's C++ compile dominates a tiny CPU run
     _plain(tmp_path, str(tmp_path / "plain"))
@@ -220,7 +225,7 @@ def test_shares_against_the_scripts_clock(tmp_path):
     the execution share."""
     data, _, _ = _report(tmp_path, LOOP, "40", str(tmp_path / "clock.json"))
     clock = json.loads((tmp_path / "clock.json").read_text())
-    (split,) = data["time"]
+    split = _main(data)
     first = clock[0][2] - clock[0][0]
     steady = sum(b - s for s, _, b in clock[1:])
     assert split["tracing"] + split["backend_compile"] <= first

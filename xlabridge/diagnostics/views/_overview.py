@@ -98,7 +98,7 @@ def time(report: Report) -> Section | None:
     if several:
         rows.insert(0, ["wall"] + [seconds(t.wall) for t in report.time])
     section = Section("time", "Time", summary=summary,
-                      tables=[Table(headers, rows, [12] + [max(17, len(h)) for h in headers[1:]])])
+                      tables=[Table(headers, rows, [15] + [max(17, len(h)) for h in headers[1:]])])
     for split in report.time:
         fractions = split.shares()
         section.bars[f"{process_name(report, split.pid)}: {seconds(split.wall)}"] = [

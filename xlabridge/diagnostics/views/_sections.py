@@ -216,8 +216,8 @@ def _tpu(report: Report) -> Section | None:
     lowered = [g for g in view.graphs if g.route == "torchax"]
     what = plural(len(view.graphs) - len(lowered), "XLA graph")
     if lowered:
-        what = (f"{plural(len(lowered), 'program')} of Dynamo graphs compiled by "
-                f"{', '.join(sorted({g.backend for g in lowered}))}"
+        what = (f"{plural(len(lowered), 'program')} of Dynamo graphs (backend "
+                f"{', '.join(sorted({g.backend for g in lowered}))})"
                 + (f" and {what}" if len(view.graphs) > len(lowered) else ""))
     section.summary = (
         f"{what} {view.label}; {fits} of {len(view.graphs)} fit one device's "
