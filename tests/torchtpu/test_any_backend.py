@@ -62,8 +62,10 @@ TRANSFORMERS = textwrap.dedent("""
 def _env(tmp_path: Path) -> dict[str, str]:
     # one inductor cache per test, shared by its two runs: the run without xlabridge reuses the code
     # the observed run compiled (the same kernels), and nothing depends on the machine's cache
-    env = {k: v for k, v in os.environ.items() if k != "TPU_SKIP_MDS_QUERY"}
-    return env | {"PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
+    # TPU_SKIP_MDS_QUERY: without a TPU, torch_tpu's first backward() waits minutes on the GCE metadata
+    # server (docs/guides/torchtpu.md); both runs skip it alike
+    return dict(os.environ, PYTHONPATH=str(ROOT), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor-cache"),
+                TPU_SKIP_MDS_QUERY="1")
 
 
 def _report(tmp_path: Path, script: str, *args: str, tpu: str = "v6e:2x2") -> tuple[dict, Path, str]:

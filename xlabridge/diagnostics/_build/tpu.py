@@ -157,6 +157,10 @@ class _TpuBuilder:
                 unavailable.add(program.error)
             for lowering_break in program.breaks:
                 cause = causes.classify_tpu_break(lowering_break.op)
+                if program.error:  # torchax has a lowering, and it failed on this node
+                    cause = causes.Cause("lowering-failed", ".", f"torchax failed to lower it: "
+                                         f"{causes.first_line(program.error)}. Rewrite it with other ops, or report it "
+                                         "to torchax.")
                 where = rule.innermost(list(lowering_break.frames) or program.frames)
                 view.breaks.append(TpuBreak(
                     op=lowering_break.op, category=cause.category, suggestion=cause.suggestion,
