@@ -27,8 +27,11 @@ COMPAT_PYTEST_ARGS ?= -m "not slow"
 # The TorchTPU suite (torch 2.15 + torch-tpu + libtpu, no TPU here): what of TorchTPU runs
 # without a chip, the report on its programs and the TPU view of the graphs Dynamo hands to backend="tpu". Its real-model
 # tests (slow) run too: the whole suite takes about 2 minutes. tests/upstream calls every wrapper of a
-# private upstream name here too, as in the other three environments.
-TORCHTPU_TESTS ?= tests/torchtpu tests/upstream
+# private upstream name here too, as in the other three environments. Its libtpu is the one that
+# compiles for v7: the MXFP4 kernels' v7 compile (one kernel each, about 20 seconds) runs here.
+TORCHTPU_TESTS ?= tests/torchtpu tests/upstream \
+	tests/mx/test_mxfp4_mosaic.py::test_arrays_are_pinned_to_hbm_only_for_v7 \
+	tests/mx/test_mxfp4_mosaic.py::test_v7_compiles_each_operation_to_one_kernel
 TORCHTPU_PYTEST_ARGS ?=
 
 .PHONY: venv venvs demo docs lint test test-pinned test-xla28 test-torch-newest test-torchtpu clean

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import xlabridge.diagnostics as xd
+from tests.diagnostics._torch_logs import expected_code, logged_breaks, outside_frameworks
 from tests.diagnostics.test_explain import DYNAMO_CASES
 from xlabridge.diagnostics import build_report
 from xlabridge.diagnostics import events as ev
@@ -26,10 +27,15 @@ def _line_of(fn, marker: str) -> int:
 def test_breaks_on_cpu_match_torch_dynamo_explain(fn, category):
     x = torch.randn(16)
     expected = torch._dynamo.explain(fn)(x)
-    report = xd.explain(fn, backend="aot_eager")(x)
+    with logged_breaks() as logged:
+        report = xd.explain(fn, backend="aot_eager")(x)
     assert report.graph_count == expected.graph_count
     assert [g.op_count for g in report.dynamo_graphs] == [len(ops) for ops in expected.ops_per_graph]
-    assert [b.reason for b in report.dynamo_breaks] == [r.reason.splitlines()[0] for r in expected.break_reasons]
+    assert report.break_count == len(expected.break_reasons) == len(logged) == 1
+    # the break as torch logs it (TORCH_LOGS=graph_breaks): its type, code and line
+    assert [(b.reason, b.code) for b in report.dynamo_breaks] == [(t.gb_type, expected_code(t)) for t in logged]
+    assert all((b.filename, b.lineno) == (t.file, t.line)
+               for b, t in zip(report.dynamo_breaks, logged) if outside_frameworks(t.file))
     (only,) = report.dynamo_breaks
     assert only.category == category
     assert (only.filename, only.function) == (inspect.getsourcefile(fn), fn.__name__)

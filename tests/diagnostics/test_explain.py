@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import xlabridge
+from tests.diagnostics._torch_logs import expected_code, logged_breaks, outside_frameworks
 import xlabridge.diagnostics as xd
 from tests import models
 from tests.conftest import requires_xla
@@ -76,13 +77,16 @@ DYNAMO_CASES = [
 def test_dynamo_breaks_match_torch_dynamo_explain(fn, category, xla_device):
     x = torch.randn(16, device=xla_device)
     expected = torch._dynamo.explain(fn)(x)
-    report = xd.explain(fn)(x)
+    with logged_breaks() as logged:
+        report = xd.explain(fn)(x)
 
     assert report.graph_count == expected.graph_count
-    assert report.break_count == len(expected.break_reasons) == expected.graph_break_count
-    assert [b.reason for b in report.dynamo_breaks] == [
-        r.reason.strip().splitlines()[0] for r in expected.break_reasons
-    ]
+    assert report.break_count == len(expected.break_reasons) == expected.graph_break_count == len(logged)
+    # each break as torch logs it (TORCH_LOGS=graph_breaks): its type, code and line
+    assert [(b.reason, b.code) for b in report.dynamo_breaks] == [(t.gb_type, expected_code(t)) for t in logged]
+    assert all((b.filename, b.lineno) == (t.file, t.line)
+               for b, t in zip(report.dynamo_breaks, logged) if outside_frameworks(t.file))
+    assert all(b.code.startswith("GB") and b.hints for b in report.dynamo_breaks)
     (only,) = report.dynamo_breaks
     assert only.category == category
     assert (only.filename, only.lineno, only.function) == (__file__, _line_of(fn, "# BREAK"), fn.__name__)

@@ -10,6 +10,7 @@ newest torch, TorchTPU), a release that moves a surface fails here, by the wrapp
 from __future__ import annotations
 
 import importlib
+import logging
 import inspect
 import json
 import subprocess
@@ -261,6 +262,61 @@ def _() -> None:
     upstream_torch.dynamo_reset()
 
 
+@case("torch.graph_break_codes")
+def _() -> None:
+    codes = upstream_torch.graph_break_codes()
+    assert codes["Failed to trace builtin operator"] == "GB0059" and all(c.startswith("GB") for c in codes.values())
+
+
+@case("torch.structured_trace_on")
+def _() -> None:
+    assert isinstance(upstream_torch.structured_trace_on(), bool)
+
+
+@case("torch.write_trace_artifact")
+def _() -> None:
+    from torch._logging import _internal
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(({k: v for k, v in record.metadata.items() if k != "has_payload"}, record.payload))
+
+    handler = Keep()
+    _internal.trace_log.addHandler(handler)
+    try:
+        upstream_torch.write_trace_artifact("xlabridge_probe", '{"a": 1}')
+    finally:
+        _internal.trace_log.removeHandler(handler)
+    assert seen == [({"artifact": {"name": "xlabridge_probe", "encoding": "json"}}, '{"a": 1}')]
+
+
+@case("torch.compile_call_dynamic")
+def _() -> None:
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(upstream_torch.compile_call_dynamic())
+        return gm
+
+    for dynamic in (None, False, True):
+        upstream_torch.dynamo_reset()
+        torch.compile(lambda x: x.sin() + 1, backend=backend, dynamic=dynamic)(torch.ones(3))
+    upstream_torch.dynamo_reset()
+    assert seen == [None, False, True]
+    assert upstream_torch.compile_call_dynamic() is upstream_torch.NOT_TORCH_COMPILE
+
+
+@case("torch.static_shapes")
+def _() -> None:
+    import torch._dynamo
+
+    with upstream_torch.static_shapes():
+        assert torch._dynamo.config.automatic_dynamic_shapes is False
+        assert torch._dynamo.config.assume_static_by_default is True
+
+
 # ---------------------------------------------------------------- torch_xla
 
 
@@ -340,6 +396,18 @@ def _() -> None:
     # Its instances need compiled bucket programs (a TPU): the attribute is checked where it is set.
     assert "self._bucket_specs =" in inspect.getsource(DynamicTpuCompiledExecutable.__init__)
     assert upstream_tpu.bucket_specs(object()) == []
+
+
+@case("torch_tpu.tpu_compile_installed")
+def _() -> None:
+    from torch_tpu import _loader
+
+    assert upstream_tpu.tpu_compile_installed() is False  # no TPU started here
+    original, torch.compile = torch.compile, _loader._default_tpu_compile
+    try:
+        assert upstream_tpu.tpu_compile_installed() is True
+    finally:
+        torch.compile = original
 
 
 # ---------------------------------------------------------------- jax

@@ -200,6 +200,7 @@ def _mx_cast(data: dict) -> list[str]:
                              f"{plain['GBps']:.0f} GB/s", f"{pallas['kernel_count']}", f"{pallas['GBps']:.0f} GB/s",
                              f"{pallas['vs_copy']:.2f}"])
     jax_version = data["jax"]["sizes"][0]["jax"]
+    jax_run = data.get("jax_run")
     out = [
         f"Ran on an {t['device']}; torch {t['torch']}, Triton {t['triton']}, torchao {t['torchao']}, jax {jax_version}; "
         f"xlabridge at {data['commit']}; GPU time from CUDA-graph replays; bf16 `[M, 8192]`. Ratios are of times "
@@ -215,7 +216,8 @@ def _mx_cast(data: dict) -> list[str]:
                 *_table(["rounding", "blocks", "xlabridge differs from the spec", "torchao differs from the spec",
                          "torchao's differing blocks, by kind"], agreement)]
     if jax_rows:
-        out += ["XLA:GPU through JAX, kernel durations from CUPTI, against a JAX copy timed the same way:", "",
+        rerun = f" (from the run at {jax_run['commit']}: {jax_run['note']})" if jax_run else ""
+        out += [f"XLA:GPU through JAX, kernel durations from CUPTI, against a JAX copy timed the same way{rerun}:", "",
                 *_table(["input", "JAX copy", "plain ops: kernels", "plain ops", "Pallas kernel: kernels", "Pallas kernel",
                          "Pallas vs copy"], jax_rows)]
     return out
@@ -325,7 +327,18 @@ def _mx_linear_train(data: dict) -> list[str]:
             ["final loss (bf16 / MXFP8)", " / ".join(f"{v:.3f}" for v in t["final_loss"].values())],
             ["one linear: SQNR of output / grad input / grad weight", " / ".join(f"{v:.1f} dB" for v in linear.values() if isinstance(v, (int, float)))],
         ]),
+        *_torchao_training(t.get("torchao_training")),
     ]
+
+
+def _torchao_training(run: dict | None) -> list[str]:
+    """torchao's own MX training beside xlabridge's, where the results file records it."""
+    if not run:
+        return []
+    if "not_run" in run:
+        return [f"torchao {run['torchao']}'s MX training (`torchao.prototype.moe_training`, `MXFP8TrainingOpConfig`) "
+                f"did not run on this torch: {run['not_run']}", ""]
+    return [f"torchao {run['torchao']}'s MX training: " + ", ".join(f"{k} {v}" for k, v in run.items() if k != "torchao"), ""]
 
 
 def _mx_linear_train_tpu(data: dict) -> list[str]:
@@ -345,6 +358,48 @@ def _mx_linear_train_tpu(data: dict) -> list[str]:
         "transformer training step, bf16 against MXFP8 (the baseline is the bf16 graph).",
         "",
         *_table(["graph", "dtype", "TPU", "kernels", "Mosaic calls", "HBM per device"], rows),
+    ]
+
+
+def _mx4_cast_tpu(data: dict) -> list[str]:
+    rows = [[r["generation"], r["variant"], f"{r['size_MB']} MB", r["kernel_count"], f"{r['buffer_bytes_vs_ideal']:.4f}",
+             ", ".join(k for k in r["kernels"] if k != "custom-call/tpu_custom_call") or "-"]
+            for r in data["cast"]]
+    matmul = [[r["generation"], r["shape"], r["tokens"], r["variant"], r["kernel_count"],
+               f"{r['weight_bytes_per_parameter']:.3f}", _time(r["cost_model_s"] * 1e3) if r.get("cost_model_s") else "-"]
+              for r in data["matmul"]]
+    pinned = any(r.get("pin_hbm") for r in data["cast"] + data["matmul"])
+    return [
+        f"**Compiled for TPU by libtpu {data['libtpu']}, not run** (jax {data['jax']}; xlabridge at {data['commit']}). "
+        "MXFP4 cast and dequantization of bf16 `[M, 8192]`: kernels and the executable's buffer bytes against the "
+        "ideal traffic (input read once, packed data and scale bytes written once). Kernels other than the Mosaic "
+        "call are listed (`copy-start`: an input XLA:TPU prefetches into VMEM before the kernel)."
+        + (" The Mosaic kernels' operands and results are pinned to HBM (`xlabridge/mx/_mosaic/hbm.py`): unpinned, "
+           "this XLA colors them VMEM where they fit and prefetches them." if pinned else ""),
+        "",
+        *_table(["TPU", "operation", "input", "kernels", "bytes vs ideal", "other kernels"], rows),
+        "The fused MXFP4 linear beside the bf16 matmul of the dequantized weight (the cost model's time; for the "
+        "Mosaic kernel XLA cannot see inside, the bytes and flops the kernel declares):",
+        "",
+        *_table(["TPU", "shape", "tokens", "variant", "kernels", "weight bytes per parameter", "cost model time"], matmul),
+    ]
+
+
+def _gpt_oss_tpu(data: dict) -> list[str]:
+    def refusal(r: dict) -> str:
+        first = (r.get("out_of_memory") or "").split("\n", 1)[0]
+        return first.split("error. ", 1)[-1] if first else ""
+
+    rows = [[r["generation"], r["tokens"], r["experts"], r["kernel_count"] or "-",
+             f"{r['total_hbm_bytes'] / 2**30:.2f} GiB" if r.get("total_hbm_bytes") else "-",
+             "yes" if r["fits"] else "no", refusal(r)] for r in data["model"]]
+    return [
+        f"**Compiled for TPU by libtpu {data['libtpu']}, not run** (jax {data['jax']}; xlabridge at {data['commit']}). "
+        f"gpt-oss-20b's decode step from its public config ({data['parameters_mxfp4'] / 1e9:.1f}B parameters): weights "
+        f"{data['weight_bytes_mxfp4'] / 1e9:.2f} GB with MXFP4 experts, {data['weight_bytes_bf16'] / 1e9:.2f} GB all "
+        "bf16; one chip.",
+        "",
+        *_table(["TPU", "tokens", "experts", "kernels", "HBM needed", "fits", "XLA:TPU's refusal"], rows),
     ]
 
 
@@ -405,6 +460,15 @@ BENCHMARKS = (
     Benchmark("mx_linear_train_tpu.json", "tools/bench/mx_linear_train.py --tpu", "An MX training step compiled for TPU",
               "One linear's forward and backward and a transformer training step, bf16 and MXFP8, compiled for TPU.",
               _mx_linear_train_tpu),
+    Benchmark("mx4_cast_tpu.json", "tools/bench/mx4_cast_tpu.py", "MXFP4 on TPU: kernels and bytes",
+              "The MXFP4 cast, dequantization and fused linear compiled for TPU v5e and v6e, 1 MB to 1 GB.",
+              _mx4_cast_tpu),
+    Benchmark("mx4_cast_tpu_v7.json", "tools/bench/mx4_cast_tpu.py --generations v7", "MXFP4 on TPU v7",
+              "The same, for TPU v7 (TPU7x), which only libtpu 0.0.52 of the TorchTPU environment compiles.",
+              _mx4_cast_tpu),
+    Benchmark("gpt_oss_tpu.json", "tools/bench/gpt_oss_tpu.py", "gpt-oss-20b on one TPU",
+              "gpt-oss-20b's whole decode step with MXFP4 experts and with bf16 experts, compiled for one chip.",
+              _gpt_oss_tpu),
 )
 
 _HEADER = """# Benchmarks

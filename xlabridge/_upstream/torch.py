@@ -335,3 +335,101 @@ def inductor_compile_fx() -> ModuleType:
     from torch._inductor import compile_fx
 
     return compile_fx
+
+
+# ---------------------------------------------------------------- the structured trace (TORCH_TRACE)
+
+
+@surface("torch", "torch._dynamo.__path__", checked=CHECKED)
+def graph_break_codes() -> dict[str, str]:
+    """Each graph-break type torch knows and its code (``"Data-dependent branching": "GB0170"``), from
+    the registry torch ships beside Dynamo (``graph_break_registry.json``: code -> its types, newest
+    first), which torch 2.9 and later also use to name a break's page."""
+    import json
+
+    import torch._dynamo
+
+    path = torch._dynamo.__path__[0] + "/graph_break_registry.json"
+    with open(path, encoding="utf-8") as file:
+        registry = json.load(file)
+    codes: dict[str, str] = {}
+    for code, entries in registry.items():
+        for entry in entries:
+            codes.setdefault(str(entry.get("Gb_type", "")), code)
+    codes.pop("", None)
+    return codes
+
+
+@surface("torch", "torch._logging._internal.trace_log.handlers", checked=CHECKED)
+def structured_trace_on() -> bool:
+    """Whether torch's structured trace is written anywhere in this process (``TORCH_TRACE``, or a
+    handler a tool attached): ``trace_structured`` builds and writes records only then."""
+    from torch._logging import _internal
+
+    return bool(_internal.trace_log.handlers)
+
+
+@surface("torch", "torch._logging.trace_structured", checked=CHECKED)
+def write_trace_artifact(name: str, payload: str, *, encoding: str = "json") -> None:
+    """Write ``payload`` into torch's structured trace as an artifact named ``name`` (``encoding``
+    ``json`` or ``string``: how tlparse renders it), outside any compilation (no compile id)."""
+    import torch._logging
+
+    torch._logging.trace_structured(
+        "artifact", metadata_fn=lambda: {"name": name, "encoding": encoding}, payload_fn=lambda: payload,
+        expect_trace_id=False,
+    )
+
+
+@surface("torch", "torch._logging", checked=CHECKED, uses=("trace_structured",))
+def structured_logging() -> ModuleType:
+    """torch's logging package: its ``trace_structured`` writes each structured-trace record
+    (``trace_structured(name, metadata_fn, *, payload_fn, ...)``; callers in Dynamo look it up on the
+    package at each call), building the record only where the trace is written."""
+    import torch._logging
+
+    return torch._logging
+
+
+@surface("torch", "torch._logging._internal.trace_log", checked=CHECKED, uses=("addHandler", "removeHandler", "handlers"))
+def trace_logger() -> Any:
+    """The logger torch writes its structured trace through (``torch.__trace``): each record carries the
+    envelope as ``metadata`` and the payload as ``payload``; the ``TORCH_TRACE`` file is one of its handlers."""
+    from torch._logging import _internal
+
+    return _internal.trace_log
+
+
+_NOT_TORCH_COMPILE = object()
+"""``compile_call_dynamic``'s answer when the graph did not come through ``torch.compile``."""
+
+
+@surface(
+    "torch", "torch._dynamo.symbolic_convert.InstructionTranslator.current_tx", checked=CHECKED,
+    attributes=("output.compiler_fn", "_torchdynamo_orig_backend", "dynamic"),
+)
+def compile_call_dynamic() -> Any:
+    """The ``dynamic`` argument of the ``torch.compile`` call whose frame Dynamo compiles now (``None``
+    when the caller passed none), read off the backend wrapper ``torch.compile`` made
+    (``_TorchCompileWrapper.dynamic``); ``NOT_TORCH_COMPILE`` when the frame did not come through
+    ``torch.compile`` (``torch._dynamo.optimize``) or no frame is being compiled."""
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+
+    tx = InstructionTranslator.current_tx()
+    backend = getattr(getattr(tx, "output", None), "compiler_fn", None)
+    wrapper = getattr(backend, "_torchdynamo_orig_backend", backend)
+    if wrapper is None or type(wrapper).__name__ != "_TorchCompileWrapper" or not hasattr(wrapper, "dynamic"):
+        return _NOT_TORCH_COMPILE
+    return wrapper.dynamic
+
+
+NOT_TORCH_COMPILE = _NOT_TORCH_COMPILE
+
+
+@surface("torch", "torch._dynamo.config.patch", checked=CHECKED)
+def static_shapes() -> AbstractContextManager[Any]:
+    """Dynamo's configuration as ``torch.compile(dynamic=False)`` sets it while a frame is traced
+    (``eval_frame.make_set_enable_dynamic(False)``): no automatic dynamic shapes, static by default."""
+    import torch._dynamo
+
+    return torch._dynamo.config.patch(automatic_dynamic_shapes=False, assume_static_by_default=True)

@@ -101,3 +101,13 @@ def embedded_constants_pass() -> ModuleType:
     from torch_tpu._internal.compile.fx_passes import mark_embedded_constants
 
     return mark_embedded_constants
+
+
+@surface("torch_tpu", "torch_tpu._loader._default_tpu_compile", checked=CHECKED)
+def tpu_compile_installed() -> bool:
+    """Whether ``torch.compile`` is TorchTPU's own (``_loader._default_tpu_compile``, installed by
+    ``_init_device_impl`` when a TPU starts): it defaults ``dynamic`` to ``False`` for its backends."""
+    import torch
+    from torch_tpu import _loader
+
+    return torch.compile is _loader._default_tpu_compile

@@ -35,4 +35,10 @@ def aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch
         return torch.fx.Interpreter(gm).run(*args)
 
     with fake_mode, fx_traceback.preserve_node_meta(), upstream_torch.python_dispatcher():
-        return make_fx(run, record_module_stack=True)(*fakes)
+        traced = make_fx(run, record_module_stack=True)(*fakes)
+    # The trace keeps what Dynamo's graph computed and did not use (the unused outputs of
+    # multi-output ops, the views of a dropout that is off): the bridge would run each of
+    # them at extraction. Dead code only: ops that mutate are kept, and no output changes.
+    if traced.graph.eliminate_dead_code():
+        traced.recompile()
+    return traced

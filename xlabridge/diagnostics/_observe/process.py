@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from pathlib import Path
 
 from xlabridge.diagnostics._observe import pod as _pod, recorder as _recorder, session as _session
@@ -13,6 +14,19 @@ from xlabridge.diagnostics._observe import pod as _pod, recorder as _recorder, s
 def log_path(directory: str | os.PathLike[str], pid: int) -> Path:
     """Where process ``pid`` writes its events: ``events-<pid>.jsonl`` in ``directory``."""
     return Path(directory) / f"events-{pid}.jsonl"
+
+
+def _write_trace_rows(recorder: _recorder.Recorder) -> None:
+    """This process's HLO-lowering rows into torch's trace, where ``TORCH_TRACE`` is set (the command
+    appends the rest after the run: ``_trace_artifacts``)."""
+    from xlabridge._upstream import torch as upstream_torch
+
+    if "torch" not in sys.modules or not upstream_torch.structured_trace_on():
+        return
+    from xlabridge.diagnostics import _trace_artifacts
+    from xlabridge.diagnostics._build.report import build_report
+
+    _trace_artifacts.write(build_report(recorder.events), (_trace_artifacts.HLO_LOWERING,))
 
 
 def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool = False) -> None:
@@ -40,5 +54,6 @@ def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool =
             _recorder.safely(_pod.INFO.name, "checking for SPMD", _pod.hint, recorder)
         _session.stop(recorder, ended=ended)
         _recorder.safely("diagnostics", "writing the event log", recorder.write)
+        _recorder.safely("diagnostics", "writing xlabridge's rows into torch's trace", _write_trace_rows, recorder)
 
     atexit.register(finish)

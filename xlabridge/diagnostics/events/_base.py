@@ -46,6 +46,8 @@ class EventType(str, enum.Enum):
     TPU_SLICE = "tpu_slice"
     BACKEND_COMPILE = "backend_compile"
     COMPILED_CALLS = "compiled_calls"
+    TORCH_BREAK = "torch_break"
+    TRACE_READ = "trace_read"
 
 
 class ProbeState(str, enum.Enum):

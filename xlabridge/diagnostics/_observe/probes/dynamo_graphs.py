@@ -3,7 +3,7 @@
 What ``torch._dynamo.explain`` counts is what its backend receives: each graph, and the
 ``compile_subgraph_reason`` Dynamo attaches to it (``graph_break``, ``reason``, ``user_stack``).
 A backend therefore sees it all, and the ``xlabridge`` backend reports its graphs itself
-through ``xlabridge.diagnostics._api.record_graph`` (``record`` here).
+through ``xlabridge.diagnostics._observe.hooks.record_graph`` (``record`` here).
 
 For graphs compiled by other backends (``openxla``...), ``OutputGraph.call_user_compiler`` is
 wrapped: it is the call that hands a graph to whatever backend was chosen. This stays a patch
