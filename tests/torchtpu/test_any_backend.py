@@ -317,3 +317,33 @@ def test_slice_for_a_gpt2_training_step_on_v5e(tmp_path):
             + memory["generated_code_bytes"])
     assert used == chosen.hbm_bytes <= chosen.capacity_bytes == 16 * 2**30
     assert "error" in smaller and "memory" in smaller["error"].lower()
+
+
+def test_a_cnn_training_step_lowers_and_computes_what_torch_computes():
+    """Convolutions' backward (which torchax does not lower; xlabridge lowers it as the VJP of
+    torchax's convolution) and the rest of a CNN's training step: every program lowers, and run on
+    the CPU by JAX it computes what the ATen graph computes in torch."""
+    import numpy as np
+
+    from xlabridge.tpu import _aot, _fx
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, stride=2), torch.nn.ReLU(),
+                              torch.nn.Conv2d(8, 4, 3, groups=2, bias=False))
+    x = torch.randn(2, 3, 9, 9)
+    inputs = [_aot.TensorMeta.of(t) for t in (*net.parameters(), x)]
+    gm = torch.fx.symbolic_trace(lambda w0, b0, w1, x: (torch.nn.functional.conv2d(
+        torch.relu(torch.nn.functional.conv2d(x, w0, b0, stride=2, padding=1)), w1, groups=2),))
+    programs = _aot.trace_programs(gm, inputs, training=True)
+    assert [p.role for p in programs] == ["forward", "backward"]
+    assert "aten::convolution_backward" in {_fx.op_name(n.target) for n in programs[1].graph_module.graph.nodes
+                                            if n.op == "call_function"}
+    rng = np.random.default_rng(0)
+    for program in programs:
+        assert _fx.missing_lowerings(program.graph_module) == []
+        arrays = [rng.standard_normal(shape).astype(np.float32) for shape, _ in program.input_specs]
+        expected = [t for t in program.graph_module(*[torch.from_numpy(a) for a in arrays]) if t is not None]
+        got = _fx.export_fx(program.graph_module, program.input_specs, ("cpu",)).call(*arrays)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(np.asarray(g), e.detach().numpy(), rtol=1e-4, atol=1e-4)

@@ -163,9 +163,34 @@ def op_name(target: Any) -> str:
     return str(upstream_torch.qualified_op_name(target) or getattr(target, "__name__", target))
 
 
+def _convolution_backward(grad_output: Any, input: Any, weight: Any, bias_sizes: Any, stride: Any, padding: Any,
+                          dilation: Any, transposed: Any, output_padding: Any, groups: Any, output_mask: Any) -> Any:
+    """``aten::convolution_backward`` on torchax tensors: the VJP of torchax's own convolution
+    (torchax 0.0.13 lowers the convolution, not its backward; XLA lowers both)."""
+    import jax
+    from torchax import interop
+
+    def convolve(x: Any, w: Any) -> Any:
+        out = torch.ops.aten.convolution.default(interop.torch_view(x), interop.torch_view(w), None, stride, padding,
+                                                 dilation, transposed, output_padding, groups)
+        return interop.jax_view(out)
+
+    x, w, g = interop.jax_view((input, weight, grad_output))
+    _, vjp = jax.vjp(convolve, x, w)
+    grad_input, grad_weight = vjp(g)
+    grad_bias = g.sum(axis=(0, *range(2, g.ndim))) if output_mask[2] else None
+    return interop.torch_view((grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None,
+                               grad_bias))
+
+
+LOWERINGS: dict[str, Callable[..., Any]] = {"aten::convolution_backward": _convolution_backward}
+"""ATen ops torchax does not lower that xlabridge lowers itself, by name (on torchax tensors): XLA has
+a lowering of them, so a graph that uses them is not reported as one without."""
+
+
 def has_lowering(target: Any) -> bool:
     """Whether torchax lowers ``target`` (an ATen op overload), or xlabridge replaces its lowering."""
-    if target in _replaced_lowerings():
+    if target in _replaced_lowerings() or op_name(target) in LOWERINGS:
         return True
     return upstream_torchax.has_lowering(import_torchax(), target)
 
@@ -229,7 +254,7 @@ def export_fx(
 
     gm = on_one_device(gm)
     replaced = _replaced_lowerings()
-    overrides = dict(overrides or {})
+    overrides = {**LOWERINGS, **(overrides or {})}
 
     class _Interpreter(torch.fx.Interpreter):
         # constants the graph holds (get_attr: e.g. an empty KV cache) become JAX values too
@@ -252,7 +277,7 @@ def export_fx(
         def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
             if target in replaced:
                 return replaced[target](*args, **kwargs)
-            override = overrides.get(op_name(target)) if overrides else None
+            override = overrides.get(op_name(target))
             if override is not None:
                 return override(*args, **kwargs)
             return super().call_function(target, args, kwargs)
