@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from xlabridge.diagnostics.events._backends import BackendCompile, CompiledCalls, FxProgram, LoweringBreak, TpuSlice
 from xlabridge.diagnostics.events._base import (
     Event,
     EventType,
@@ -40,17 +41,14 @@ from xlabridge.diagnostics.events._base import (
     innermost,
 )
 from xlabridge.diagnostics.events._types import (
-    BackendCompile,
     BridgeGraph,
     CompilePath,
-    CompiledCalls,
     CpuNode,
     DynamoCompile,
     EVENT_CLASSES,
     EagerOps,
     FxCode,
     FxLine,
-    FxProgram,
     GraphBreak,
     GraphCalled,
     GraphCalls,
@@ -60,7 +58,6 @@ from xlabridge.diagnostics.events._types import (
     LazyGraphSeen,
     LazyRun,
     LazyRuns,
-    LoweringBreak,
     Partitioned,
     ProbeStatus,
     ProcessEnd,
@@ -71,7 +68,6 @@ from xlabridge.diagnostics.events._types import (
     TorchBreak,
     TpuCompiled,
     TpuPass,
-    TpuSlice,
     TraceRead,
     Transfer,
     XlaCompile,
