@@ -19,8 +19,9 @@ STAMP_TORCHTPU := $(VENV_TORCHTPU)/.xlabridge-installed
 export PJRT_DEVICE ?= CPU
 
 # The compatibility suites, chosen by path: the diagnostics, the backend (placement, forward-only
-# path) and autocast. Real-model tests (marked slow) run in the pinned environment only. Tests
-# that need torch_xla skip themselves, with the reason, where it is absent.
+# path) and autocast. Real-model tests (marked slow) run in the pinned environment (torch 2.9) and,
+# for torch 2.15, in the TorchTPU suite's own (Hugging Face's Trainer read from its trace among them).
+# Tests that need torch_xla skip themselves, with the reason, where it is absent.
 COMPAT_TESTS ?= tests/diagnostics tests/backend/test_backend.py tests/backend/test_path.py tests/autocast tests/upstream
 COMPAT_PYTEST_ARGS ?= -m "not slow"
 
@@ -30,7 +31,7 @@ COMPAT_PYTEST_ARGS ?= -m "not slow"
 # of real models take most of its time: about 9 minutes on two cores, 10 more for its slow tests). Its
 # real-model tests (slow) run too. tests/upstream calls every wrapper of a
 # private upstream name here too, as in the other three environments. Its libtpu is the one that
-# compiles for v7: the MXFP4 kernels' v7 compile (one kernel each, about 20 seconds) runs here.
+# compiles for v7: the MXFP4 kernels' v7 compile (one kernel each) runs here.
 TORCHTPU_TESTS ?= tests/torchtpu tests/upstream \
 	tests/mx/test_mxfp4_mosaic.py::test_arrays_are_pinned_to_hbm_only_for_v7 \
 	tests/mx/test_mxfp4_mosaic.py::test_v7_compiles_each_operation_to_one_kernel

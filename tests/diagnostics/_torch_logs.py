@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 _AT = re.compile(r"Graph break(?: \(user stack suppressed[^)]*\))? in user code at (?P<file>.+):(?P<line>\d+)$", re.M)
 _PAGE = re.compile(r"/gb/gb(\d+)\.html")
-_PREFIX = re.compile(r"^[VIWEC]\d{4} [\d:.]+ +\d+ \S+:\d+\] (?:\[[^\]]*\] )*\[__graph_breaks\] ?")
+_PREFIX = re.compile(r"[VIWEC]\d{4} [\d:.]+ +\d+ \S+:\d+\] (?:\[(?P<compile_id>[!\d/]+)\] )?(?:\[[^\]]*\] )*"
+                     r"\[__graph_breaks\] ?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,9 +23,11 @@ class LoggedBreak:
     line: int
     gb_type: str
     code: str
+    compile_id: str = ""
+    """The compile id torch's log prefix names (``[1/0]``; from a subprocess's stderr only)."""
 
 
-def parse(message: str) -> LoggedBreak | None:
+def parse(message: str, compile_id: str = "") -> LoggedBreak | None:
     """One graph-break message as torch logs it, or None for another message."""
     at = _AT.search(message)
     if at is None or "Graph Break Reason:" not in message:
@@ -35,22 +38,24 @@ def parse(message: str) -> LoggedBreak | None:
     above = lines[:explained] if explained is not None else lines[:1]
     gb_type = next((line.strip() for line in reversed(above) if line.strip()), "")
     page = _PAGE.search(reason)
-    return LoggedBreak(at["file"], int(at["line"]), gb_type, f"GB{page.group(1)}" if page else "")
+    return LoggedBreak(at["file"], int(at["line"]), gb_type, f"GB{page.group(1)}" if page else "", compile_id)
 
 
 def from_stderr(text: str) -> list[LoggedBreak]:
-    """The breaks of a run's stderr under ``TORCH_LOGS=graph_breaks`` (each message's lines prefixed)."""
-    messages: list[list[str]] = []
+    """The breaks of a run's stderr under ``TORCH_LOGS=graph_breaks`` (each message's lines prefixed; a
+    prefix is looked for anywhere in a line: a progress bar, such as the Trainer's, leaves its text
+    without a newline before the next line torch logs)."""
+    messages: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
-        match = _PREFIX.match(line)
+        match = _PREFIX.search(line)
         if not match:
             continue
         body = line[match.end():]
         if body.startswith("Graph break") and " in user code at " in body:
-            messages.append([])
+            messages.append((match["compile_id"] or "", []))
         if messages:
-            messages[-1].append(body)
-    return [b for b in (parse("\n".join(m)) for m in messages) if b is not None]
+            messages[-1][1].append(body)
+    return [b for b in (parse("\n".join(m), cid) for cid, m in messages) if b is not None]
 
 
 class _Collect(logging.Handler):

@@ -4,6 +4,8 @@ recompiles against the shapes the test changes, locations against this file's li
 
 from __future__ import annotations
 
+import dataclasses
+
 import inspect
 import time
 from pathlib import Path
@@ -91,18 +93,24 @@ def test_a_cpu_run_round_trips_through_its_log_and_its_time_adds_up(tmp_path: Pa
         return y.cos()
 
     compiled = torch.compile(step, backend="aot_eager", dynamic=False)
+    metrics = torch._dynamo.utils.compilation_time_metrics  # torch's own account of its compiles
+    compiled_before = sum(metrics.get("_compile.compile_inner", []))
     began = time.perf_counter()
     with xd.diagnose(log=tmp_path / "events.jsonl") as report:
         for size in (8, 8, 16):
             compiled(torch.randn(size, requires_grad=True)).sum().backward()
         wall = time.perf_counter() - began
+    torch_compiling = sum(metrics.get("_compile.compile_inner", [])) - compiled_before
     assert build_report(ev.read_log(tmp_path / "events.jsonl").events) == report
     (split,) = report.time
-    shares = [getattr(split, name) for name in split.SHARES]
+    shares = [getattr(split, f.name) for f in dataclasses.fields(split) if f.name not in ("pid", "wall")]
     assert all(share >= 0 for share in shares)
     assert sum(shares) == pytest.approx(wall, rel=0.05)
-    # compiling (and the imports it does) dominates three calls of a tiny function
-    assert split.tracing + split.imports > 0.5 * wall
-    assert split.xla_compile == split.cpu_fallback == split.backend_compile == 0
+    # torch's own account of its compiles: all in the tracing and backend-compile shares, but for the
+    # modules first imported inside them (their own share)
+    assert torch_compiling > 0
+    assert split.tracing + split.backend_compile <= 1.1 * torch_compiling
+    assert split.tracing + split.backend_compile + split.imports >= 0.9 * torch_compiling
+    assert split.xla_compile == split.cpu_fallback == 0
     # aot_eager's graphs are timed per call, forward and backward, each far shorter than a compile
     assert 0 < split.execution < split.tracing

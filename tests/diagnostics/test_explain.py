@@ -86,7 +86,12 @@ def test_dynamo_breaks_match_torch_dynamo_explain(fn, category, xla_device):
     assert [(b.reason, b.code) for b in report.dynamo_breaks] == [(t.gb_type, expected_code(t)) for t in logged]
     assert all((b.filename, b.lineno) == (t.file, t.line)
                for b, t in zip(report.dynamo_breaks, logged) if outside_frameworks(t.file))
-    assert all(b.code.startswith("GB") and b.hints for b in report.dynamo_breaks)
+    # a code for each: the page torch's message names (torch 2.9 and later), else its registry's by the
+    # break's type (torch 2.8), which lists the data-dependent branch's as "_gb_type" (the name of the
+    # variable generic_jump passes, not its value): torch 2.8 has no code for that one
+    assert all(b.code.startswith("GB") or (not t.code and b.reason == "Data-dependent branching")
+               for b, t in zip(report.dynamo_breaks, logged))
+    assert all(b.hints for b in report.dynamo_breaks)
     (only,) = report.dynamo_breaks
     assert only.category == category
     assert (only.filename, only.lineno, only.function) == (__file__, _line_of(fn, "# BREAK"), fn.__name__)
@@ -206,12 +211,20 @@ def test_real_models_match_torch_dynamo_explain(name, xla_device):
     model.eval()
     batch = models.without_labels(model, inputs)
     expected = torch._dynamo.explain(model)(**batch)
-    report = xd.explain(model)(**batch)
+    with logged_breaks() as logged:
+        report = xd.explain(model)(**batch)
     assert report.graph_count == expected.graph_count
     assert [g.op_count for g in report.dynamo_graphs] == [len(ops) for ops in expected.ops_per_graph]
-    assert [b.reason for b in report.dynamo_breaks] == [
+    # explain counts a break per graph that ends in one; torch's record also has the breaks that end
+    # none (before a frame's first op, or one that makes Dynamo skip the rest of its frame: T5's
+    # config deepcopy reached from nested frames), which the report lists with ends_graph false
+    assert [b.reason for b in report.dynamo_breaks if b.ends_graph] == [
         r.reason.strip().splitlines()[0] for r in expected.break_reasons
     ]
+    # every break torch logs (TORCH_LOGS=graph_breaks) is the report's, with its type, code and line
+    rows = {(b.reason, b.code, b.filename, b.lineno) for b in report.dynamo_breaks}
+    for torch_break in logged:
+        assert (torch_break.gb_type, expected_code(torch_break), torch_break.file, torch_break.line) in rows
     framework_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, xlabridge))
     for dynamo_break in report.dynamo_breaks:
         assert not os.path.realpath(dynamo_break.filename).startswith(framework_dirs), dynamo_break.filename

@@ -1,7 +1,7 @@
 """MXFP4 cast and dequantization on a CUDA GPU: the Triton kernels against a device copy of the same
 input timed in the same run, bf16 ``[M, 8192]`` inputs from 1 MB to 1 GB.
 
-    PYTHONPATH=. python3 tools/bench/mx4_cast.py --out mx4_cast_h100.json
+    PYTHONPATH=. python3 tools/bench/mx4_cast.py      # writes tools/bench/results/mx4_cast.json
 
 Bytes are counted as torchao's cast benchmark counts them: the cast reads the input and writes
 the packed data (half a byte per element) and the scale bytes (one per 32); the dequantization
@@ -9,11 +9,13 @@ reads those and writes the bf16 values; the copy reads and writes the input. GPU
 ``tools/bench/mx_cast.py``'s ``gpu_time`` (CUDA-graph replays between CUDA events) over enough
 distinct inputs (>= 256 MB) that nothing is served from L2.
 
-First a sweep of the kernels' configs (``fp4.CONFIGS``: blocks per program x warps), each checked
-byte for byte against the NumPy spec model on seeded inputs with 40% special blocks (both
-roundings) and timed over 256 MB as one 256 MB tensor plus four of 64 MB; the fastest exact one
-is set for the size rows (and recorded: ``fp4.CAST_CONFIG``/``DEQUANTIZE_CONFIG`` take it).
-Each size row has ``vs_copy`` (bandwidth over the copy's) and the kernels one call launches.
+First a sweep of the kernels' configs (blocks per program x warps: ``fp4.BF16_CONFIGS`` for the
+bfloat16 cast, ``fp4.CONFIGS`` for the dequantization), each checked byte for byte against the
+NumPy spec model on seeded inputs with 40% special blocks (both roundings; float32 and float16
+inputs take the other cast kernel, checked alike) and timed over 256 MB as one 256 MB tensor plus
+four of 64 MB; the fastest exact one is set for the size rows (and recorded:
+``fp4.BF16_CAST_CONFIG``/``DEQUANTIZE_CONFIG`` take it). Each size row has ``vs_copy``
+(bandwidth over the copy's) and the kernels one call launches.
 """
 
 from __future__ import annotations
@@ -85,12 +87,13 @@ def sweep(dev) -> dict:
                                                     ((3, 40, 96), torch.float16)])]
     expected = spec_bytes(specials)
     out = {}
-    for kind, attr in (("cast", "CAST_CONFIG"), ("dequantize", "DEQUANTIZE_CONFIG")):
+    for kind, attr, configs in (("cast", "BF16_CAST_CONFIG", fp4.BF16_CONFIGS),
+                                ("dequantize", "DEQUANTIZE_CONFIG", fp4.CONFIGS)):
         default = getattr(fp4, attr)
         rows = []
-        for config in fp4.CONFIGS:
+        for config in configs:
             setattr(fp4, attr, config)
-            row = {"tile": config[0], "warps": config[1]}
+            row = {"tile": config[0], "warps": config[1], **({"quad": config[2]} if len(config) > 2 else {})}
             try:
                 row["exact"] = exact_against_spec(expected)
                 if kind == "cast":
@@ -105,7 +108,7 @@ def sweep(dev) -> dict:
             rows.append(row)
         timed = [r for r in rows if r.get("exact") and "ms_both" in r]
         best = min(timed, key=lambda r: r["ms_both"]) if timed else None
-        setattr(fp4, attr, (best["tile"], best["warps"]) if best else default)
+        setattr(fp4, attr, tuple(best[key] for key in ("tile", "warps", "quad") if key in best) if best else default)
         out[kind] = {"default": list(default), "chosen": list(getattr(fp4, attr)), "sweep": rows}
         print(json.dumps({kind: out[kind]["chosen"], "default": out[kind]["default"]}), flush=True)
     return out
@@ -143,7 +146,7 @@ def size_rows(dev) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="mx4_cast.json")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "mx4_cast.json"))
     parser.add_argument("--no-sweep", action="store_true", help="time the kernels' default configs only")
     args = parser.parse_args()
     import triton

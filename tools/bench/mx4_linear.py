@@ -1,7 +1,7 @@
 """The fused MXFP4 linear on a CUDA GPU against ``torch.nn.functional.linear`` of the bfloat16
 dequantized weight, at decode shapes (1 to 64 tokens), all in one run.
 
-    PYTHONPATH=. python3 tools/bench/mx4_linear.py --out mx4_linear_h100.json
+    PYTHONPATH=. python3 tools/bench/mx4_linear.py    # writes tools/bench/results/mx4_linear.json
 
 Shapes: gpt-oss-20b's (its public config: hidden and intermediate size 2880, 32 experts, 4 per
 token) one expert's ``gate_up`` (5760 x 2880) and ``down`` (2880 x 2880) projections, and the
@@ -14,7 +14,8 @@ over enough distinct weights (>= 256 MB for the bf16 side, the MXFP4 side rotati
 number of copies) that no weight is served from L2, as in decode, where each layer's weights are
 read once per token. ``speedup`` is the bf16 time over the fused time, both from this run. The
 fused kernel's first call per shape times its candidate configs (``fp4_matmul.TUNING``, written
-out per shape) and keeps the fastest.
+out per shape) and keeps the fastest; ``--precompile N`` first makes those first calls in ``N``
+processes, which compile the candidates into Triton's cache in parallel.
 
 Checks, per shape and token count: the fused result against the float64 product of the
 dequantized weight (``max_error_ulps``: in bf16 ulps of the exact value; 0.5 is correct rounding,
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import sys
 import time
@@ -125,10 +127,37 @@ def expert_rows(dev) -> list[dict]:
     return rows
 
 
+def _warm(tasks) -> None:
+    """One call of each (shape, tokens) task: compiles what its first-call tuning times."""
+    dev = torch.device("cuda")
+    for name, tokens in tasks:
+        if name == "experts":
+            n, k = 2 * INTERMEDIATE, HIDDEN
+            weight, _ = _weights(n, k, 1, dev, experts=EXPERTS)[0]
+            groups = min(EXPERTS, TOP_K * tokens)
+            x = torch.randn(groups, math.ceil(TOP_K * tokens / groups), k, device=dev, dtype=torch.bfloat16)
+            mx.mxfp4_expert_linear(x, weight, torch.arange(groups, device=dev, dtype=torch.int32))
+        else:
+            n, k = LINEARS[name]
+            weight, _ = _weights(n, k, 1, dev)[0]
+            mx.mxfp4_linear(torch.randn(tokens, k, device=dev, dtype=torch.bfloat16), weight)
+    torch.cuda.synchronize()
+
+
+def precompile(names: list[str], workers: int) -> None:
+    """Run every (shape, tokens) once in ``workers`` processes first: their first-call tuning
+    compiles the candidates into Triton's on-disk cache, in parallel, for this process to load."""
+    tasks = [(name, tokens) for name in names for tokens in TOKENS]
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        pool.map(_warm, [tasks[i::workers] for i in range(workers)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="mx4_linear.json")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "mx4_linear.json"))
     parser.add_argument("--shapes", default=",".join(LINEARS) + ",experts", help="comma-separated names (default: all)")
+    parser.add_argument("--precompile", type=int, default=0, metavar="WORKERS",
+                        help="compile the candidates in this many processes first (0: compile as the tuning needs them)")
     args = parser.parse_args()
     import triton
 
@@ -138,6 +167,9 @@ def main() -> None:
                "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                "rows": []}
     wanted = args.shapes.split(",")
+    if args.precompile:
+        precompile(wanted, args.precompile)
+        results["precompile_seconds"] = time.time() - started
     for name, (n, k) in LINEARS.items():
         if name in wanted:
             results["rows"] += linear_rows(name, n, k, dev)

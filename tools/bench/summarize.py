@@ -403,6 +403,52 @@ def _gpt_oss_tpu(data: dict) -> list[str]:
     ]
 
 
+def _mx4_cast(data: dict) -> list[str]:
+    rows = [[f"{r['size_MB']} MB", f"{r['copy']['GBps']:.0f} GB/s", f"{r['cast_floor']['vs_copy']:.2f}",
+             f"{r['cast_rceil']['vs_copy']:.2f}", f"{r['dequantize']['vs_copy']:.2f}"] for r in data["sizes"]]
+    summary = data["summary"]
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}, Triton {data['triton']}; xlabridge at {data['commit']}; GPU "
+        "time from CUDA-graph replays; bf16 `[M, 8192]`. Bandwidth over the copy's, timed in the same run (the cast "
+        "counts the input read and the packed data and scale bytes written; the copy its read and write). One Triton "
+        f"launch per cast: {'yes' if summary['one_kernel_per_cast'] else 'no'}; per dequantization: "
+        f"{'yes' if summary['one_kernel_per_dequantize'] else 'no'}.",
+        "",
+        *_table(["input", "copy", "cast floor vs copy", "cast rceil vs copy", "dequantize vs copy"], rows),
+    ]
+
+
+def _mx4_linear(data: dict) -> list[str]:
+    by_shape: dict[str, dict[int, float]] = {}
+    for r in data["rows"]:
+        by_shape.setdefault(r["shape"], {})[r["tokens"]] = r["speedup"]
+    tokens = sorted({t for row in by_shape.values() for t in row})
+    rows = [[shape, *(_x(row.get(t)) for t in tokens)] for shape, row in by_shape.items()]
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}, Triton {data['triton']}; xlabridge at {data['commit']}. "
+        "Time of `torch.nn.functional.linear` on the bf16 dequantized weight over the fused MXFP4 linear's (the "
+        "weight read as MXFP4 bytes, 0.53 bytes per parameter), each reading its weight from HBM (copies rotated "
+        "past L2), in one run; results checked against dequantize-then-linear.",
+        "",
+        *_table(["shape \\ tokens", *(str(t) for t in tokens)], rows),
+    ]
+
+
+def _mx4_sweep(data: dict) -> list[str]:
+    best = []
+    for r in data["linear"]:
+        fastest = min(r["configs"], key=lambda c: c["ms"]) if r["configs"] else None
+        if fastest:
+            best.append([r["shape"], r["tokens"], f"`{fastest['config']}`", _time(fastest["ms"]), _x(r["bf16_ms"] / fastest["ms"])])
+    return [
+        f"Ran on an {data['device']}; Triton {data['triton']}; xlabridge at {data['commit']} ({data['note']}). The "
+        "fastest of the swept configurations of the fused linear per shape (mode, BN, BK, warps, stages, programs "
+        "per SM) and its speed-up over bf16 in the same run:",
+        "",
+        *_table(["shape", "tokens", "config", "time", "vs bf16"], best),
+    ]
+
+
 BENCHMARKS = (
     Benchmark("compile_time.json", "tools/bench/compile_time.py", "First-call compile time in inference",
               "The first compiled call of each model under `torch.no_grad()`, in a fresh process each, "
@@ -466,6 +512,13 @@ BENCHMARKS = (
     Benchmark("mx4_cast_tpu_v7.json", "tools/bench/mx4_cast_tpu.py --generations v7", "MXFP4 on TPU v7",
               "The same, for TPU v7 (TPU7x), which only libtpu 0.0.52 of the TorchTPU environment compiles.",
               _mx4_cast_tpu),
+    Benchmark("mx4_cast.json", "tools/bench/mx4_cast.py", "MXFP4 cast on CUDA",
+              "`to_mxfp4` and `from_mxfp4` on an H100 against a copy, 1 MB to 1 GB.", _mx4_cast),
+    Benchmark("mx4_linear.json", "tools/bench/mx4_linear.py", "The fused MXFP4 linear on CUDA",
+              "The MXFP4 linear (weight kept MXFP4 in HBM, dequantized in the kernel) against bf16 `linear` at decode "
+              "shapes, 1 to 64 tokens.", _mx4_linear),
+    Benchmark("mx4_sweep.json", "tools/bench/mx4_sweep.py", "The MXFP4 kernels' configuration sweep",
+              "Every configuration of the cast and the fused linear timed on the H100, to pick the defaults.", _mx4_sweep),
     Benchmark("gpt_oss_tpu.json", "tools/bench/gpt_oss_tpu.py", "gpt-oss-20b on one TPU",
               "gpt-oss-20b's whole decode step with MXFP4 experts and with bf16 experts, compiled for one chip.",
               _gpt_oss_tpu),

@@ -406,7 +406,7 @@ _NOT_TORCH_COMPILE = object()
 
 @surface(
     "torch", "torch._dynamo.symbolic_convert.InstructionTranslator.current_tx", checked=CHECKED,
-    attributes=("output.compiler_fn", "_torchdynamo_orig_backend", "dynamic"),
+    attributes=("output.compiler_fn", "_torchdynamo_orig_backend", "_torchdynamo_orig_callable", "dynamic"),
 )
 def compile_call_dynamic() -> Any:
     """The ``dynamic`` argument of the ``torch.compile`` call whose frame Dynamo compiles now (``None``
@@ -415,9 +415,15 @@ def compile_call_dynamic() -> Any:
     ``torch.compile`` (``torch._dynamo.optimize``) or no frame is being compiled."""
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
-    tx = InstructionTranslator.current_tx()
+    try:
+        tx = InstructionTranslator.current_tx()
+    except AttributeError:  # its thread-local is unset before a thread's first compilation, and after each on torch 2.15
+        return _NOT_TORCH_COMPILE
     backend = getattr(getattr(tx, "output", None), "compiler_fn", None)
-    wrapper = getattr(backend, "_torchdynamo_orig_backend", backend)
+    # Dynamo's debug wrapper names the torch.compile wrapper _torchdynamo_orig_backend (torch 2.9 and
+    # later) or _torchdynamo_orig_callable (torch 2.8)
+    wrapper = getattr(backend, "_torchdynamo_orig_backend", None) or getattr(backend, "_torchdynamo_orig_callable",
+                                                                            backend)
     if wrapper is None or type(wrapper).__name__ != "_TorchCompileWrapper" or not hasattr(wrapper, "dynamic"):
         return _NOT_TORCH_COMPILE
     return wrapper.dynamic

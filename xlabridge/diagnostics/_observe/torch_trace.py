@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics.report._report import TRACE_SOURCE
 
 LOG_PATTERN = "dedicated_log_torch_trace*.log"
 """The name torch gives each process's log in the ``TORCH_TRACE`` directory."""
@@ -255,7 +256,7 @@ class _Reader:
         first = self.records[0].seconds if self.records else 0.0
         main = next((f.filename for frames in starts.values() for f in frames if f.function == "<module>"), None)
         self.events.append(ev.ProcessStart(
-            **self.stamp(first), wall_time=first, environment={"source": "TORCH_TRACE", "trace_file": str(self.path)},
+            **self.stamp(first), wall_time=first, environment={"source": TRACE_SOURCE, "trace_file": str(self.path)},
             framework_paths=_paths(paths), main_file=main,
         ))
         failures = self._compiles(metrics, starts, recompile_reasons)

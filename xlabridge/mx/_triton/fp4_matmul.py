@@ -10,8 +10,9 @@ records every candidate's time or error (``tools/bench/mx4_linear.py`` writes it
 while a CUDA graph is being captured cannot time anything: it takes the key's choice if there is
 one, else ``DEFAULT``. Under Triton's CPU interpreter the kernel runs ``INTERPRET``.
 
-``SPLIT_K`` is chosen per shape (``split_k``): enough programs for two per SM, each still
-covering at least two ``BK`` steps of ``K``.
+``SPLIT_K`` is chosen per shape (``split_k``): enough programs for ``per_sm`` of them per SM (a
+field of the config, so the tuning picks it too), each still covering at least one ``BK`` step of
+``K``.
 """
 
 from __future__ import annotations
@@ -32,29 +33,32 @@ _FEATURE = "xlabridge.mx MXFP4 matmul on CUDA"
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One candidate: dequantization mode, weight rows (``bn``) and elements of ``K`` (``bk``) per
-    step, warps, pipeline stages."""
+    """One candidate: dequantization mode, weight rows (``bn``) and elements of ``K`` (``bk``, a
+    multiple of 128) per step, warps, pipeline stages, and the programs per SM that split-K aims at."""
 
     mode: str
     bn: int
     bk: int
     warps: int
     stages: int
+    per_sm: int = 2
 
 
 CONFIGS = (
-    Config("ptx", 32, 256, 4, 4),
-    Config("ptx", 64, 256, 4, 3),
-    Config("ptx", 64, 512, 8, 3),
-    Config("ptx", 128, 256, 8, 3),
-    Config("dot_scaled", 64, 256, 4, 3),
-    Config("dot_scaled", 128, 256, 8, 3),
-    Config("triton", 32, 256, 4, 3),
-    Config("triton", 64, 256, 4, 3),
+    Config("asm", 64, 128, 4, 3, 2),
+    Config("asm", 64, 256, 4, 3, 1),
+    Config("asm", 128, 128, 4, 3, 1),
+    Config("asm", 128, 128, 4, 2, 1),
+    Config("triton", 64, 128, 4, 3, 2),
 )
-"""What the first call of a key times (``ptx`` and ``dot_scaled`` for bfloat16 inputs only)."""
-DEFAULT = Config("triton", 64, 256, 4, 3)
-INTERPRET = Config("triton", 16, 64, 4, 1)
+"""What the first call of a key times: the ``asm`` configs for bfloat16 inputs, the ``triton`` one
+for float16 (four ``asm`` configs came within 0.5% of the best of the 45 that
+``tools/bench/mx4_sweep.py`` times, on every shape it times)."""
+DEFAULT = Config("triton", 64, 256, 4, 2, 2)
+INTERPRET = Config("triton", 16, 128, 4, 1, 1)
+PERMUTE = True
+"""Whether the kernel presents ``K`` to the MMA in its permuted order (``fp4_matmul_kernel``'s
+docstring); False only to test the permutation against memory order."""
 TUNING: dict[tuple, list[dict]] = {}
 """Per key: each candidate's config and median ms (or why it was left out), as timed."""
 _CHOSEN: dict[tuple, Config] = {}
@@ -75,14 +79,14 @@ def _kernel():
 
 
 def row_tile(m: int) -> int:
-    """``BM``: the MMA's smallest tile (16) for decode rows, 64 above (one tile up to 64 rows)."""
-    return 16 if m <= 16 else 64
+    """``BM``: the MMA's smallest tile (16) for up to 16 rows, 32 up to 32, 64 above (64-row tiles)."""
+    return 16 if m <= 16 else 32 if m <= 32 else 64
 
 
-def split_k(programs: int, k: int, bk: int, sms: int) -> int:
-    """A power of two that brings ``programs`` to at least two per SM, leaving each split two ``bk`` steps."""
+def split_k(programs: int, k: int, bk: int, sms: int, per_sm: int) -> int:
+    """A power of two that brings ``programs`` to at least ``per_sm`` per SM, leaving each split a ``bk`` step."""
     split = 1
-    while programs * split < 2 * sms and k >= 4 * bk * split:
+    while programs * split < per_sm * sms and k >= 2 * bk * split:
         split *= 2
     return split
 
@@ -104,26 +108,30 @@ def _locks(device: torch.device, count: int) -> torch.Tensor:
 def _launch(config: Config, x, data, scale, ids, bias, y):
     A, M, K = x.shape
     N = data.shape[-2]
+    words = data.view(torch.int16)  # the kernel reads the weight as 16-bit words of four elements
     bm = row_tile(M)
     tiles = -(-M // bm) * -(-N // config.bn)
-    split = split_k(tiles * A, K, config.bk, _sms(x.device))
+    split = split_k(tiles * A, K, config.bk, _sms(x.device), config.per_sm)
+    k_per_split = -(-K // (split * config.bk)) * config.bk
+    split = -(-K // k_per_split)  # no split left with nothing to add
     workspace = torch.empty(A * tiles * split * config.bn * bm if split > 1 else 1, dtype=torch.float32, device=x.device)
     locks = _locks(x.device, A * tiles)
     dummy = y
     with device_guard(x):
         _kernel()[(tiles, split, A)](
-            x, data, scale, dummy if bias is None else bias, dummy if ids is None else ids, y, workspace, locks,
-            M, N, K, split, -(-K // (split * config.bk)) * config.bk,
-            x.stride(0), x.stride(1), data.stride(0), data.stride(1), scale.stride(0), scale.stride(1),
+            x, words, scale, dummy if bias is None else bias, dummy if ids is None else ids, y, workspace, locks,
+            M, N, K, split, k_per_split,
+            x.stride(0), x.stride(1), words.stride(0), words.stride(1), scale.stride(0), scale.stride(1),
             y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0),
-            HAS_BIAS=bias is not None, HAS_IDS=ids is not None, MODE=config.mode,
-            BM=bm, BN=config.bn, BK=config.bk, num_warps=config.warps, num_stages=config.stages,
+            HAS_BIAS=bias is not None, HAS_IDS=ids is not None, MODE=config.mode, PERMUTE=PERMUTE,
+            BM=bm, BN=config.bn, BK=config.bk, EVEN=N % config.bn == 0 and K % k_per_split == 0,
+            num_warps=config.warps, num_stages=config.stages,
         )
     return y
 
 
 def _candidates(x: torch.Tensor) -> list[Config]:
-    return [c for c in CONFIGS if c.mode == "triton" or x.dtype == torch.bfloat16]
+    return [c for c in CONFIGS if (c.mode == "asm") == (x.dtype == torch.bfloat16)]
 
 
 def _tune(key, x, data, scale, ids, bias, y) -> Config:
@@ -158,6 +166,8 @@ def matmul(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.
     ``x`` ``[A, M, K]``, ``data`` ``[E, N, K/2]``, ``scale`` ``[E, N, K/32]``, ``y`` ``[A, M, N]`` in ``x``'s dtype."""
     x = x if x.stride(-1) == 1 else x.contiguous()
     data, scale = data.contiguous(), scale.contiguous()
+    if data.data_ptr() % 2:  # an odd view: the kernel reads 16-bit words
+        data = data.clone()
     A, M, K = x.shape
     y = torch.empty(A, M, data.shape[-2], dtype=x.dtype, device=x.device)
     if y.numel() == 0:

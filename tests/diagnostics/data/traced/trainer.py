@@ -1,5 +1,11 @@
-"""GPT-2 (tiny) under Hugging Face's Trainer with torch_compile=True, traced without xlabridge."""
-import sys, tempfile
+"""GPT-2 (tiny) under Hugging Face's Trainer with torch_compile=True, traced without xlabridge, on the CPU."""
+import os, sys, tempfile
+
+# accelerate takes an installed torch_xla for an XLA run whatever use_cpu says (its PartialState picks
+# DistributedType.XLA), and its XLA path then fails on a compiled model: prepare() maps the optimizer's
+# parameters by name and the compiled model's are prefixed "_orig_mod." (KeyError). USE_TORCH_XLA=0 is
+# accelerate's own switch for a plain PyTorch run where torch_xla is installed (the pinned environment).
+os.environ.setdefault("USE_TORCH_XLA", "0")
 import torch
 from torch.utils.data import Dataset
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
