@@ -55,7 +55,8 @@ def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
         _recorder.safely(xla_helper.INFO.name, "summing calls", xla_helper.flush)
         _recorder.safely(torchtpu.INFO.name, "summing calls", torchtpu.flush)
         _recorder.safely(compiled_calls.INFO.name, "summing calls", compiled_calls.flush, recorder)
-        _recorder.safely(dynamo_compiles.INFO.name, "reading compilation metrics", dynamo_compiles.drain)
+        _recorder.safely(dynamo_compiles.INFO.name, "reading compilation metrics", dynamo_compiles.drain,
+                         ended=True)
         started, baseline, eager = _baselines.pop(
             id(recorder), (recorder.events[0].t, xla_metrics.Snapshot(), xla_eager.Baseline()))
         _recorder.safely("xla.metrics", "reading totals", _totals, recorder, baseline)
