@@ -10,9 +10,12 @@ Runs ``tools/bench/gpu_train_loop.py`` under ``xlabridge report --json`` and che
     (the eager optimizer step and the loss's host read are not compiled graphs);
   * the backend is named ``inductor`` and the timeline has backend-compile, execute (and on CUDA,
     device) spans.
-Prints the shares beside the clock, exits 1 if a check fails.
+Prints the shares beside the clock, exits 1 if a check fails; ``--json`` also writes those rows and
+the verdict, with the card and versions they ran on (``tools/bench/results/gpu_report_check.json``
+keeps the latest run's).
 
-    PYTHONPATH=. python tools/bench/check_gpu_report.py [--steps 30] [--out report.json]
+    PYTHONPATH=. python tools/bench/check_gpu_report.py [--steps 30] [--out report.json] \
+        [--json tools/bench/results/gpu_report_check.json]
 """
 
 from __future__ import annotations
@@ -28,18 +31,25 @@ ROOT = Path(__file__).resolve().parents[2]
 LOOP = ROOT / "tools" / "bench" / "gpu_train_loop.py"
 
 
-def check(report: dict, clock: dict) -> list[str]:
-    """What fails (empty: everything holds)."""
-    failures = []
+def rows(report: dict, clock: dict) -> list[tuple[str, float]]:
+    """The report's shares of the loop's process beside the loop's own clock, in seconds."""
     split = max(report["time"], key=lambda t: t["wall"])  # the loop's process (helpers start short ones)
     steps = clock["steps"]
     first = steps[0][3] - steps[0][0]
     later = sum(end - begin for begin, _, _, end in steps[1:])
-    compiled = split["tracing"] + split["backend_compile"]
-    rows = [("wall", split["wall"]), ("tracing", split["tracing"]), ("backend compile", split["backend_compile"]),
+    return [("wall", split["wall"]), ("tracing", split["tracing"]), ("backend compile", split["backend_compile"]),
             ("execution", split["execution"]), ("imports", split["imports"]), ("other", split["other"]),
             ("loop: first step", first), ("loop: later steps", later)]
-    for name, value in rows:
+
+
+def check(report: dict, clock: dict) -> list[str]:
+    """What fails (empty: everything holds)."""
+    failures = []
+    split = max(report["time"], key=lambda t: t["wall"])
+    table = dict(rows(report, clock))
+    first, later = table["loop: first step"], table["loop: later steps"]
+    compiled = split["tracing"] + split["backend_compile"]
+    for name, value in table.items():
         print(f"  {name:18} {value:9.2f} s")
     if split["other"] > 0.10 * split["wall"]:
         failures.append(f"other is {split['other'] / split['wall']:.1%} of the wall time (at most 10%)")
@@ -62,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--out", help="also keep the report's JSON here")
+    parser.add_argument("--json", help="write the rows and the verdict here, with the card and versions")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="xlabridge-gpu-check-") as scratch:
         clock_path, report_path = Path(scratch) / "clock.json", Path(args.out or Path(scratch) / "report.json")
@@ -73,11 +84,29 @@ def main(argv: list[str] | None = None) -> int:
         if done.returncode:
             print(done.stderr[-4000:], file=sys.stderr)
             return done.returncode
-        failures = check(json.loads(report_path.read_text()), json.loads(clock_path.read_text()))
+        report, clock = json.loads(report_path.read_text()), json.loads(clock_path.read_text())
+        failures = check(report, clock)
     for failure in failures:
         print(f"FAILED: {failure}")
     print("check: " + ("failed" if failures else "passed"))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results(report, clock, failures, args.steps), indent=2) + "\n")
     return 1 if failures else 0
+
+
+def results(report: dict, clock: dict, failures: list[str], steps: int) -> dict:
+    """What ``--json`` writes: the rows (seconds), the verdict and what the loop ran on."""
+    import torch
+
+    machine = torch.cuda.get_device_name() if clock["device"].startswith("cuda") else clock["device"]
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {"machine": machine, "torch": torch.__version__, "triton": triton_version, "steps": steps,
+            "rows": [[name, value] for name, value in rows(report, clock)],
+            "verdict": "failed" if failures else "passed", "failures": failures}
 
 
 if __name__ == "__main__":
