@@ -237,12 +237,16 @@ def min_cut_partition() -> Callable[..., Any]:
     return min_cut_rematerialization_partition
 
 
-@surface("torch", "torch._functorch.aot_autograd.boxed_nop_preserve_node_meta", checked=CHECKED)
+@surface("torch", "torch._functorch.aot_autograd.make_boxed_func",
+         "torch._functorch.aot_autograd.boxed_nop_preserve_node_meta", checked=CHECKED)
 def boxed_nop(gm: Any) -> Callable[..., Any]:
-    """``gm`` as AOTAutograd's boxed calling convention wants it, unchanged (its ``nop`` compiler)."""
-    from torch._functorch.aot_autograd import boxed_nop_preserve_node_meta
+    """``gm`` as AOTAutograd's boxed calling convention wants it, unchanged (its ``nop`` compiler):
+    ``boxed_nop_preserve_node_meta`` where torch has it (2.9 and later: run by an FX interpreter with
+    the nodes' metadata kept), else ``gm`` boxed as it is (2.8 lacks that nop)."""
+    from torch._functorch import aot_autograd
 
-    return boxed_nop_preserve_node_meta(gm, None)
+    nop = getattr(aot_autograd, "boxed_nop_preserve_node_meta", None)
+    return nop(gm, None) if nop is not None else aot_autograd.make_boxed_func(gm)
 
 
 # ---------------------------------------------------------------- accessors: patched, compared, read
