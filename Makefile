@@ -26,9 +26,11 @@ COMPAT_TESTS ?= tests/diagnostics tests/backend/test_backend.py tests/backend/te
 COMPAT_PYTEST_ARGS ?= -m "not slow"
 
 # The TorchTPU suite (torch 2.15 + torch-tpu + libtpu, no TPU here): what of TorchTPU runs
-# without a chip, the report on its programs and the TPU view of the graphs Dynamo hands to backend="tpu". Its real-model
-# tests (slow) run too. tests/upstream calls
-# every wrapper of a private upstream name here too, as in the other three environments. Its libtpu is the one that
+# without a chip, the report on its programs and the TPU view of the graphs Dynamo hands to backend="tpu",
+# and the TPU view of any backend's run (inductor: tests/torchtpu/test_any_backend.py, whose inductor compiles
+# of real models take most of its time: about 9 minutes on two cores, 10 more for its slow tests). Its
+# real-model tests (slow) run too. tests/upstream calls every wrapper of a
+# private upstream name here too, as in the other three environments. Its libtpu is the one that
 # compiles for v7: the MXFP4 kernels' v7 compile (one kernel each) runs here.
 TORCHTPU_TESTS ?= tests/torchtpu tests/upstream \
 	tests/mx/test_mxfp4_mosaic.py::test_arrays_are_pinned_to_hbm_only_for_v7 \

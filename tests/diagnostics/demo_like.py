@@ -26,6 +26,7 @@ SHARE_OF = {
     SpanKind.IMPORT: "imports", SpanKind.TRACE: "tracing", SpanKind.EXTRACT: "tracing",
     SpanKind.XLA_COMPILE: "xla_compile", SpanKind.EXECUTE: "execution", SpanKind.CPU_FALLBACK: "cpu_fallback",
     SpanKind.LAZY: "lazy", SpanKind.TRANSFER: "transfers", SpanKind.EAGER: "eager",
+    SpanKind.BACKEND_COMPILE: "backend_compile", SpanKind.DEVICE: "execution",
 }
 """Which share each kind of span is part of (written out here, independently of the views')."""
 
@@ -48,6 +49,8 @@ def timeline() -> list[Span]:
     add(SpanKind.IMPORT, 1.9, "torch_xla")
     gap(0.34)
     add(SpanKind.EAGER, 0.06, "eager ops")  # not in the demo: every kind of span gets one
+    add(SpanKind.BACKEND_COMPILE, 0.08, "inductor compile 9/0 forward")  # a graph of another backend
+    add(SpanKind.DEVICE, 0.01, "GPU: inductor 9/0 forward")
     for step in range(5):
         resume = (1, 2) if step == 0 else (2 + 2 * step, 3 + 2 * step)
         if step == 0:

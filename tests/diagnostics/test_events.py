@@ -60,6 +60,14 @@ ONE_OF_EACH: list[ev.Event] = [
     ev.Sync(**STAMP, start=0.8, compiles=1, compile_seconds=0.1, frames=[FRAME]),
     ev.EagerOps(**STAMP, executions=3, execute_seconds=0.3, compiles=1, compile_seconds=0.05,
                 spans=[[0.6, 0.1], [0.7, 0.2]], compile_spans=[[0.55, 0.05]]),
+    ev.FxProgram(**STAMP, compile_id="0/0", backend="inductor", role="forward", hash="ef56",
+                 hlo_file="e.jsonl.hlo/1-fx0-forward.stablehlo.mlir", frames=[FRAME], fx_ops=12, batch=8,
+                 breaks=[ev.LoweringBreak("aten::adaptive_max_pool2d", "adaptive_max_pool2d", (FRAME,))]),
+    ev.TpuSlice(**STAMP, compile_id="0/0", hash="ef57", generation="v5e", batch=8, mesh={"data": 2}, chips=2,
+                topology="v5e:2x2", tried=[{"devices": 1, "fits": False}, {"devices": 2, "fits": True}]),
+    ev.BackendCompile(**STAMP, start=0.4, compile_id="0/0", backend="inductor", role="backward"),
+    ev.CompiledCalls(**STAMP, compile_id="0/0", backend="inductor", role="forward", calls=3, seconds=0.3,
+                     spans=[[0.9, 0.1]], device_spans=[[0.9, 0.2]]),
 ]
 
 

@@ -356,3 +356,22 @@ def test_a_larger_mesh_compiles_for_the_matching_pod_with_per_chip_hbm(tmp_path,
     kinds = _check_sharded_rows(report, logs, devices)
     assert kinds.get("all-gather", 0) > 0
     assert all(row.chips == devices and row.hbm_capacity_bytes == 16 * 2**30 for row in report.tpu.graphs)
+
+
+def test_graphs_of_other_backends_without_torchax_have_no_rows_and_the_report_says_why():
+    """Where torchax is missing (this environment: torch_xla 2.9's wheel carries an older copy that
+    needs flax, and torch 2.9's AOTAutograd cannot hand over the backward with the forward), a run of
+    another backend under the TPU view keeps going, its graphs get no rows, and a warning says why."""
+    from xlabridge.diagnostics._observe import fx_programs
+
+    if fx_programs.why_not_available() is None:
+        pytest.skip("torchax is installed here: tests/torchtpu/test_any_backend.py checks the rows it gives")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+    x = torch.randn(4, 8)
+    with diagnose(tpu=TOPOLOGY) as report:
+        out = torch.compile(model, backend="eager")(x)
+    assert torch.equal(out, model(x))
+    assert [(g.backend, g.route, g.compiled) for g in report.tpu.graphs] == [("eager", "torchax", False)]
+    (warning,) = [w for w in report.warnings if w.startswith("TPU view: Dynamo graphs without a TPU row")]
+    assert "needs torchax and jax" in warning and "torchax" in warning and "not installed" in warning

@@ -30,7 +30,7 @@ from xlabridge.diagnostics.report import (
 from xlabridge.diagnostics.views import _html as html_view
 from xlabridge.diagnostics.views import _text as text_view
 
-LABELS = {"imports": "imports", "tracing": "tracing", "xla_compile": "XLA compile", "execution": "execution",
+LABELS = {"imports": "imports", "tracing": "tracing", "backend_compile": "backend compile", "xla_compile": "XLA compile", "execution": "execution",
           "lazy": "lazy", "eager": "eager", "transfers": "transfers", "cpu_fallback": "CPU fallback", "other": "other"}
 
 
@@ -128,20 +128,22 @@ def test_every_line_fits_the_width(text: str) -> None:
 
 def test_the_text_timeline_marks_each_lane_where_its_spans_are(report: Report, text: str) -> None:
     block = _block(text, "Timeline:")
-    step = demo_like.WALL / text_view._STRIP
-    assert f"one column per {step * 1e3:.1f} ms" in block[1]
     strips = {line.split()[0]: line for line in block[2:]}
+    # as many columns as the width leaves beside the longest lane name, at most _STRIP
+    columns = min(text_view._STRIP, text_view.WIDTH - max(len(kind) for kind in strips) - 17)
+    step = demo_like.WALL / columns
+    assert f"one column per {step * 1e3:.1f} ms" in block[1]
     assert list(strips) == [k.value for k in SpanKind]  # every kind of the demo, in SpanKind's order
     for kind, line in strips.items():
         spans = [s for s in report.timeline if s.kind == kind]
         cells = line[line.index("|") + 1:line.rindex("|")]
-        assert len(cells) == text_view._STRIP
-        full = {c for c in range(text_view._STRIP)
+        assert len(cells) == columns
+        full = {c for c in range(columns)
                 if sum(max(0.0, min((c + 1) * step, s.start + s.seconds) - max(c * step, s.start)) for s in spans)
                 >= step / 2}
         assert {c for c, mark in enumerate(cells) if mark == "█"} == full, kind
         for span in spans:  # every span shows, an instant included
-            assert cells[min(int(span.start / step), text_view._STRIP - 1)] != " ", (kind, span.label)
+            assert cells[min(int(span.start / step), columns - 1)] != " ", (kind, span.label)
         total = sum(s.seconds for s in spans)
         assert line.split()[-2:] == (f"{total * 1e3:.1f} ms" if total < 1 else f"{total:.2f} s").split()
 

@@ -1,8 +1,9 @@
 """Reference TPU compiles of StableHLO text, made without xlabridge: JAX and libtpu directly.
 
 Run as a script in a process of its own: ``python _reference.py JOBS OUT`` (pickles). Each job
-is ``{"topology": name libtpu knows, "text": StableHLO}``; the result holds the compiled
-memory statistics and the optimized HloModuleProto (counted by ``tests.tpu._hlo_proto.kernels``).
+is ``{"topology": name libtpu knows, "text": StableHLO}`` (and ``"partitions": N`` for a Shardy
+program over N devices); the result holds the compiled memory statistics and the optimized
+HloModuleProto (counted by ``tests.tpu._hlo_proto.kernels``), or libtpu's refusal (``error``).
 """
 
 from __future__ import annotations
@@ -36,9 +37,22 @@ def _job(job: dict[str, Any]) -> dict[str, Any]:
     from jax.experimental import topologies
 
     devices = topologies.get_topology_desc(topology_name=job["topology"], platform="tpu").devices
-    with mlir.make_ir_context():
-        executable = devices[0].client.compile(ir.Module.parse(job["text"]), xc.DeviceList((devices[0],)),
-                                               xc.CompileOptions())
+    partitions = job.get("partitions", 1)
+    options = xc.CompileOptions()
+    if partitions > 1:
+        import numpy as np
+
+        build = options.executable_build_options
+        build.num_partitions = partitions
+        build.use_spmd_partitioning = True
+        build.use_shardy_partitioner = True
+        build.device_assignment = xc.DeviceAssignment.create(np.arange(partitions).reshape(1, partitions))
+    try:
+        with mlir.make_ir_context():
+            executable = devices[0].client.compile(ir.Module.parse(job["text"]),
+                                                   xc.DeviceList(tuple(devices[:partitions])), options)
+    except Exception as error:  # libtpu refused it: out of HBM, say
+        return {"error": str(error)}
     stats = executable.get_compiled_memory_stats()
     return {
         "memory": {"argument_bytes": stats.argument_size_in_bytes, "output_bytes": stats.output_size_in_bytes,

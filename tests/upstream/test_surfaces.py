@@ -23,12 +23,12 @@ import torch
 
 from xlabridge import _optional
 from xlabridge._upstream import _registry, jax as upstream_jax, torch as upstream_torch
-from xlabridge._upstream import torch_tpu as upstream_tpu, torch_xla as upstream_xla
+from xlabridge._upstream import torch_tpu as upstream_tpu, torch_xla as upstream_xla, torchax as upstream_torchax
 from xlabridge._upstream._registry import SURFACES, installed_version, surface
 from xlabridge.errors import UpstreamChangedError
 
 REPO = Path(__file__).resolve().parents[2]
-UPSTREAM_MODULES = ("torch", "torch_xla", "torch_tpu", "jax")
+UPSTREAM_MODULES = ("torch", "torch_xla", "torch_tpu", "jax", "torchax")
 
 CASES: dict[str, Callable[[], None]] = {}
 """Each call wrapper's check, by ``Surface.qualified`` name."""
@@ -206,6 +206,52 @@ def _() -> None:
 
     assert upstream_torch.original_backend(WrapBackendDebug(backend, "test")) is backend
     assert upstream_torch.original_backend(backend) is backend
+
+
+@case("torch.core_decompositions")
+def _() -> None:
+    table = upstream_torch.core_decompositions()
+    assert torch.ops.aten.addmm.default in table or torch.ops.aten.gelu_backward.default in table
+
+
+def _aot_graphs(**config: object) -> list[str]:
+    """The roles AOTAutograd hands its compilers for a tiny training graph, with ``config``."""
+    roles: list[str] = []
+
+    def keep(role: str):
+        def compiler(gm, example_inputs):
+            roles.append(role)
+            return upstream_torch.boxed_nop(gm)
+        return compiler
+
+    gm = torch.fx.symbolic_trace(lambda x, w: ((x @ w).sin().sum(),))
+    with upstream_torch.fake_tensor_mode(allow_non_fake_inputs=True):
+        args = [torch.empty(2, 3), torch.empty(3, 4, requires_grad=True)]
+    upstream_torch.aot_module_simplified(gm, args, fw_compiler=keep("forward"), bw_compiler=keep("backward"),
+                                         partition_fn=upstream_torch.min_cut_partition(), **config)
+    return roles
+
+
+@case("torch.aot_module_simplified")
+def _() -> None:
+    assert _aot_graphs()[0] == "forward"
+
+
+@case("torch.min_cut_partition")
+def _() -> None:
+    assert callable(upstream_torch.min_cut_partition())
+
+
+@case("torch.boxed_nop")
+def _() -> None:
+    gm = torch.fx.symbolic_trace(lambda x: (x + 1,))
+    assert upstream_torch.boxed_nop(gm)([torch.ones(2)])[0].tolist() == [2.0, 2.0]
+
+
+@case("torch.eager_backward_compile")
+def _() -> None:
+    with upstream_torch.eager_backward_compile():
+        assert _aot_graphs() == ["forward", "backward"]  # the backward handed over with the forward
 
 
 @case("torch.inductor_compile")
@@ -438,6 +484,18 @@ def _() -> None:
     assert "ENTRY" in upstream_jax.hlo_module_text(_cpu_hlo_proto())
 
 
+# ---------------------------------------------------------------- torchax
+
+
+@case("torchax.has_lowering")
+def _() -> None:
+    from xlabridge.tpu import _fx
+
+    env = _fx.import_torchax()
+    assert upstream_torchax.has_lowering(env, torch.ops.aten.mm.default) is True
+    assert upstream_torchax.has_lowering(env, torch.ops.aten.adaptive_max_pool2d.default) is False
+
+
 # ---------------------------------------------------------------- the tests
 
 
@@ -446,7 +504,8 @@ def _release(upstream: str) -> str:
 
 
 def _skip_if_absent(upstream: str) -> None:
-    if not _optional.is_available(upstream):
+    # torch_xla 2.9's wheel carries an old torchax of its own (no distribution of that name): absent
+    if not _optional.is_available(upstream) or installed_version(upstream) == "not installed":
         pytest.skip(f"{upstream} is not installed in this environment: its wrappers are checked where it is")
     if upstream == "torch_xla" and (mismatch := _optional.torch_xla_mismatch()):
         pytest.skip(mismatch)

@@ -136,6 +136,35 @@ def _diagnostics_overhead(data: dict) -> list[str]:
     ]
 
 
+def _card(machine: str) -> str:
+    """The card a GPU run had; an H200 was lent where an H100 was asked for, and is named as such."""
+    return f"{machine} (lent an H200, not an H100)" if "H200" in machine else machine
+
+
+def _diagnostics_overhead_gpu(data: dict) -> list[str]:
+    rows = [[i + 1, " then ".join(p["order"]), _x(p["steady_ratio"], 3), _x(p["first_step_ratio"], 3),
+             _x(p["process_ratio"], 3)] for i, p in enumerate(data["pairs"])]
+    return [
+        f"Ran on {_card(data['machine'])}; torch {data['torch']}; {data['repeats']} pairs of processes, {data['steps']} "
+        "steps each, the loop's own clock. Medians: steady step "
+        f"{_pct(data['steady_overhead'])}, first step {_pct(data['first_step_overhead'])} and whole process "
+        f"{_pct(data['process_overhead'])} (pairs after the first: the first fills inductor's cache).",
+        "",
+        *_table(["pair", "order", "steady step, observed / plain", "first step", "whole process"], rows),
+    ]
+
+
+def _gpu_report_check(data: dict) -> list[str]:
+    rows = [[name, _s(seconds)] for name, seconds in data["rows"]]
+    failures = "; ".join(data["failures"])
+    return [
+        f"Ran on {_card(data['machine'])}; torch {data['torch']}; Triton {data['triton']}; {data['steps']} steps. "
+        f"Check {data['verdict']}{': ' + failures if failures else ''}. Source: {data['source']}.",
+        "",
+        *_table(["row", "seconds"], rows),
+    ]
+
+
 def _pod_capture_overhead(data: dict) -> list[str]:
     rows = [[name, _x(c["steady_ratio"]), _x(c["first_ratio"])] for name, c in data["configurations"].items()]
     return [
@@ -475,6 +504,16 @@ BENCHMARKS = (
     Benchmark("pod_capture_overhead.json", "tools/bench/pod_capture_overhead.py", "What capturing a sharded run costs",
               "Each way `--pod` can capture a lazily traced, tensor-parallel training loop, against a plain run.",
               _pod_capture_overhead),
+    Benchmark("diagnostics_overhead_gpu.json", "tools/bench/diagnostics_overhead_gpu.py",
+              "What the report costs a GPU training loop",
+              "A 6-layer transformer trained with `torch.compile` (inductor) on CUDA, plain and under "
+              "`xlabridge report`, in alternating pairs of processes.", _diagnostics_overhead_gpu),
+    Benchmark("gpu_report_check.json", "tools/bench/check_gpu_report.py --json", "The report of a GPU training loop against its clock",
+              "The same training loop under `xlabridge report --json`: the time split's shares of its process beside "
+              "the loop's own step times; the check holds when \"other\" is at most 10% of the wall, tracing and "
+              "backend compile fit within the first step (at least 60% of it), execution is at least half the later "
+              "steps, the backend is named `inductor` and the timeline has backend-compile, execute and device lanes.",
+              _gpu_report_check),
     Benchmark("torch_xla_examples.json", "tools/torch_xla_examples/summarize.py", "torch_xla's own examples",
               "torch_xla's example scripts run unmodified under `xlabridge report --tpu v5e:2x2`: whether every "
               "row names a user line, the \"other\" share, and their TPU view at their own size.",

@@ -23,7 +23,7 @@ from xlabridge.errors import UpstreamChangedError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DISTRIBUTIONS = {"torch": "torch", "torch_xla": "torch_xla", "torch_tpu": "torch_tpu", "jax": "jax"}
+DISTRIBUTIONS = {"torch": "torch", "torch_xla": "torch_xla", "torch_tpu": "torch_tpu", "jax": "jax", "torchax": "torchax"}
 """Each upstream's importable module and the distribution whose version the messages give."""
 
 
@@ -32,7 +32,7 @@ class Surface:
     """One wrapper: what of its upstream it reaches, and where that was checked."""
 
     upstream: str
-    """``torch``, ``torch_xla``, ``torch_tpu`` or ``jax``: the package that must be installed."""
+    """``torch``, ``torch_xla``, ``torch_tpu``, ``jax`` or ``torchax``: the package that must be installed."""
     wrapper: str
     """The wrapper's name in its module (``dispatch_key_set``)."""
     names: tuple[str, ...]

@@ -199,6 +199,56 @@ def inductor_compile(gm: Any, example_inputs: Sequence[Any]) -> Callable[..., An
     return compile_fx(gm, example_inputs)
 
 
+@surface("torch", "torch._decomp.core_aten_decompositions", checked=CHECKED)
+def core_decompositions() -> dict[Any, Callable[..., Any]]:
+    """torch's table of decompositions into its core ATen op set, by op overload."""
+    from torch._decomp import core_aten_decompositions
+
+    return dict(core_aten_decompositions())
+
+
+@surface("torch", "torch._functorch.aot_autograd.aot_module_simplified", checked=CHECKED)
+def aot_module_simplified(gm: Any, args: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
+    """AOTAutograd on a Dynamo graph (what ``aot_autograd(...)`` backends call): its forward and
+    backward (or inference) graphs handed to the compilers in ``kwargs``."""
+    from torch._functorch.aot_autograd import aot_module_simplified as aot
+
+    return aot(gm, args, **kwargs)
+
+
+@surface("torch", "torch._functorch.config.force_non_lazy_backward_lowering", "torch._functorch.config.patch",
+         checked=("2.15.0",),
+         missing_from=("2.8.0", "2.9.0"))
+def eager_backward_compile() -> AbstractContextManager[Any]:
+    """A context under which AOTAutograd hands the backward graph to its compiler when it traces the
+    forward (not at the first ``backward()``). torch 2.9 and earlier lack the switch: there the TPU
+    view of any backend's graphs is not made (it needs torchax, which the TorchTPU environment has)."""
+    from torch._functorch import config
+
+    config.force_non_lazy_backward_lowering  # noqa: B018 - a missing switch raises here, not at entry
+    return config.patch(force_non_lazy_backward_lowering=True)
+
+
+@surface("torch", "torch._functorch.partitioners.min_cut_rematerialization_partition", checked=CHECKED)
+def min_cut_partition() -> Callable[..., Any]:
+    """The partitioner inductor and TorchTPU give AOTAutograd (what the backward saves or recomputes)."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    return min_cut_rematerialization_partition
+
+
+@surface("torch", "torch._functorch.aot_autograd.make_boxed_func",
+         "torch._functorch.aot_autograd.boxed_nop_preserve_node_meta", checked=CHECKED)
+def boxed_nop(gm: Any) -> Callable[..., Any]:
+    """``gm`` as AOTAutograd's boxed calling convention wants it, unchanged (its ``nop`` compiler):
+    ``boxed_nop_preserve_node_meta`` where torch has it (2.9 and later: run by an FX interpreter with
+    the nodes' metadata kept), else ``gm`` boxed as it is (2.8 lacks that nop)."""
+    from torch._functorch import aot_autograd
+
+    nop = getattr(aot_autograd, "boxed_nop_preserve_node_meta", None)
+    return nop(gm, None) if nop is not None else aot_autograd.make_boxed_func(gm)
+
+
 # ---------------------------------------------------------------- accessors: patched, compared, read
 
 
@@ -216,6 +266,14 @@ def higher_order_operator() -> type:
     import torch._ops
 
     return torch._ops.HigherOrderOperator
+
+
+@surface("torch", "torch._ops.OpOverload", checked=CHECKED, uses=("__instancecheck__",))
+def op_overload() -> type:
+    """The class of ``torch.ops.aten.mm.default`` (to tell op overloads from packets and functions)."""
+    import torch._ops
+
+    return torch._ops.OpOverload
 
 
 @surface("torch", "torch._ops.OpOverloadPacket", checked=CHECKED, uses=("__getattr__",))
@@ -271,6 +329,16 @@ def torchxla_backends() -> ModuleType:
     from torch._dynamo.backends import torchxla
 
     return torchxla
+
+
+@surface("torch", "torch._inductor.compile_fx", checked=CHECKED, uses=("_compile_fx_inner",))
+def inductor_compile_fx() -> ModuleType:
+    """Inductor's compile module: ``_compile_fx_inner`` compiles one forward, backward or inference
+    graph (codegen, the C++/Triton compile, autotuning), called by ``compile_fx_inner`` through its
+    module's globals at each call."""
+    from torch._inductor import compile_fx
+
+    return compile_fx
 
 
 # ---------------------------------------------------------------- the structured trace (TORCH_TRACE)

@@ -112,6 +112,54 @@ HLO_CAUSES: tuple[Cause, ...] = (
 )
 
 
+TPU_CAUSES: tuple[Cause, ...] = (
+    Cause(
+        "no-tpu-lowering",
+        r"^aten::adaptive_max_pool[123]d(_backward)?$",
+        "Adaptive max pooling has no TPU lowering here. Where the input's size is a multiple of the "
+        "output's, it is a plain max pool: `F.max_pool2d(x, kernel_size=(H // oh, W // ow))`, which "
+        "lowers (and so does its backward); or pool with `nn.AdaptiveAvgPool2d`.",
+    ),
+    Cause(
+        "no-tpu-lowering",
+        r"^aten::_?embedding_bag(_backward|_dense_backward|_sparse_backward)?$",
+        "`nn.EmbeddingBag` has no TPU lowering here. Look the rows up with `nn.Embedding` (or "
+        "`F.embedding`) and reduce over the bag dimension (`.sum(1)` / `.mean(1)`, a mask for ragged bags).",
+    ),
+    Cause(
+        "no-tpu-lowering",
+        r"^aten::_cdist_(forward|backward)$",
+        "`torch.cdist` (its backward) has no TPU lowering here. Compute the distances from matmuls: "
+        "`(x.pow(2).sum(-1, keepdim=True) - 2 * x @ y.mT + y.pow(2).sum(-1).unsqueeze(-2)).clamp_min(0).sqrt()`.",
+    ),
+    Cause(
+        "no-tpu-lowering",
+        r"^aten::(histc|histogram.*|bincount)$",
+        "Histograms have no TPU lowering here. Count with a one-hot sum over fixed bins "
+        "(`F.one_hot(bucketize(x, edges), bins).sum(0)`), or compute them on the host after the step.",
+    ),
+    Cause(
+        "no-tpu-lowering",
+        r"^aten::(poisson|binomial|_standard_gamma|_sample_dirichlet|exponential|cauchy|geometric|log_normal)$",
+        "This random sampler has no TPU lowering here. Sample from uniform or normal draws "
+        "(`torch.rand`/`torch.randn` and an inverse transform), which lower, or sample on the host.",
+    ),
+    Cause(
+        "no-tpu-lowering",
+        r".",
+        "This op has no TPU lowering in torchax (and torch has no decomposition into ops it lowers), so "
+        "the graph gets no TPU program. Rewrite it with ops that lower, or register a lowering with "
+        "torchax (`torchax.ops.jaten`).",
+    ),
+)
+"""Ops of a Dynamo graph with no TPU lowering (the TPU view of any backend: lowered by torchax)."""
+
+
+def classify_tpu_break(op: str) -> Cause:
+    """The ``TPU_CAUSES`` row for an op with no TPU lowering."""
+    return next(cause for cause in TPU_CAUSES if cause.matches(op))
+
+
 HOST_TENSOR = Cause(
     "host-tensor",
     r".",

@@ -48,7 +48,7 @@ def build_report(events: Iterable[ev.Event]) -> Report:
     for event in events:
         # TPU compiles are made after the run, by whichever process compiled them: not a
         # process of the run.
-        (tpu_events if isinstance(event, (ev.TpuCompiled, ev.TpuPass)) else by_pid[event.pid]).append(event)
+        (tpu_events if isinstance(event, (ev.TpuCompiled, ev.TpuPass, ev.TpuSlice)) else by_pid[event.pid]).append(event)
     report = Report()
     builders = []
     for pid, process_events in by_pid.items():

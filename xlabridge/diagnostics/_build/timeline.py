@@ -61,6 +61,19 @@ def spans(events: Sequence[ev.Event], graph_index: dict[int, int]) -> list[Span]
             rest = event.calls - len(event.spans)
             if rest > 0:
                 add(SpanKind.EXECUTE, event.t, 0.0, f"FX graph {graph}: {rest} more calls (summed, not placed)", graph, rest)
+        elif isinstance(event, ev.BackendCompile):
+            add(SpanKind.BACKEND_COMPILE, event.start, event.t - event.start,
+                f"{event.backend} compile {event.compile_id} {event.role}".strip())
+        elif isinstance(event, ev.CompiledCalls):
+            for begin, seconds in event.spans:
+                add(SpanKind.EXECUTE, begin, seconds, f"{event.backend} {event.compile_id} {event.role}")
+                compiled_code.append((begin, begin + seconds))
+            for begin, seconds in event.device_spans:
+                add(SpanKind.DEVICE, begin, seconds, f"GPU: {event.backend} {event.compile_id} {event.role}")
+            rest = event.calls - len(event.spans)
+            if rest > 0:
+                add(SpanKind.EXECUTE, event.t, 0.0, f"{event.backend} {event.compile_id} {event.role}: {rest} more "
+                    "calls (summed, not placed)", calls=rest)
         elif isinstance(event, ev.EagerOps):
             for begin, stop in merged((begin, begin + seconds) for begin, seconds in event.spans):
                 add(SpanKind.EAGER, begin, stop - begin, "eager ops")

@@ -10,6 +10,8 @@ From its events:
   compile call, AOTAutograd included) and the bridge's extractions (``partitioned``
   intervals: partitioning and lazy tracing; TorchTPU's split compiles, inside Dynamo's), merged,
   less the imports and XLA compilations inside them;
+* **backend compile**: a backend's own compile of each graph AOTAutograd hands it (``backend_compile``
+  intervals: inductor's code generation, C++/Triton compile, autotuning), less imports inside;
 * **XLA compilation**: every ``xla_compile`` event (inside extractions, inside later calls,
   inside Dynamo, and the rest of torch_xla's ``CompileTime`` outside compiled graphs: lazily
   traced graphs compiled at a sync or a host read);
@@ -116,6 +118,7 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
         return [(e.start, e.t) for e in events if isinstance(e, kind)]
 
     imports = spans(ev.Imported)
+    backend = spans(ev.BackendCompile)
     compiling = spans(ev.DynamoCompile)
     extracting = spans(ev.Partitioned)
     called = [e for e in events if isinstance(e, ev.GraphCalled)]
@@ -123,13 +126,20 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     call_spans = [(e.start, e.t) for e in called] + [(s, s + d) for e in summed for s, d in e.spans]
     # merged: TorchTPU compiles a graph's partitions inside Dynamo's compilation of its frame (torch_xla's
     # bridge extracts at the first call, outside it); nested intervals count once
-    tracing = (outside(compiling + extracting, imports) - compiled(ev.XlaPhase.DYNAMO)
+    tracing = (outside(compiling + extracting, imports + backend) - compiled(ev.XlaPhase.DYNAMO)
                - compiled(ev.XlaPhase.EXTRACTION))
+    backend_compile = outside(backend, imports)
+    other_calls = [e for e in events if isinstance(e, ev.CompiledCalls)]
+    placed = [(s, s + d) for e in other_calls for s, d in e.spans]
+    # on CUDA, the GPU's spans too: the host waiting on compiled work (its own loss.item()) is their execution
+    placed += [(s, s + d) for e in other_calls for s, d in e.device_spans]
+    unplaced = sum(max(e.seconds - sum(d for _, d in e.spans), 0.0) for e in other_calls)
     calls = sum(e.t - e.start for e in called) + sum(e.seconds for e in summed)
     cpu = sum(e.cpu_fallback_seconds for e in called) + sum(e.cpu_fallback_seconds for e in summed)
     imported_in_calls = length(call_spans) - outside(call_spans, imports)  # a first call's lazy imports
     execution = calls - compiled(ev.XlaPhase.CALL) - cpu - imported_in_calls
-    inside_compiled = compiling + extracting + call_spans
+    execution += outside(placed, imports + compiling + extracting + backend) + unplaced
+    inside_compiled = compiling + extracting + call_spans + placed + backend
     syncs = [e for e in events if isinstance(e, ev.Sync)]
     holes = Holes(inside_compiled)
     own_syncs = [s for s in outermost(syncs) if holes.outside(s.start, s.t) > 0.5 * (s.t - s.start)]
@@ -137,7 +147,8 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     transfers = _transfers(events, called, summed)
     eager = _eager(events, inside_compiled + imports + [(s.start, s.t) for s in syncs])
     wall = end.t - end.start
-    shares = dict(imports=length(imports), tracing=tracing, xla_compile=sum(e.seconds for e in compiles),
+    shares = dict(imports=length(imports), tracing=tracing, backend_compile=backend_compile,
+                  xla_compile=sum(e.seconds for e in compiles),
                   execution=execution, lazy=max(lazy, 0.0), eager=eager, transfers=transfers, cpu_fallback=cpu)
     return TimeSplit(pid=end.pid, wall=wall, other=wall - sum(shares.values()), **shares)
 

@@ -1,6 +1,9 @@
 """The TPU view in a report: ``tpu_compiled`` events (each distinct XLA graph of the run as libtpu
-compiled it, after the run) joined to the run's XLA graphs by hash, with each graph's user line,
-and the findings for graphs that do not fit or that XLA:TPU refuses."""
+compiled it, after the run) joined to the run's XLA graphs by hash, and to the programs of the
+Dynamo graphs of other backends (``fx_program``: lowered by torchax) the same way, with each
+graph's user line; the ops of those graphs with no TPU lowering (``TPU_CAUSES``), the smallest
+slice that fits each training step (``tpu_slice``), and the findings for graphs that do not fit,
+that XLA:TPU refuses or that do not lower."""
 
 from __future__ import annotations
 
@@ -9,7 +12,16 @@ from collections.abc import Sequence
 from xlabridge.diagnostics._build import causes
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._frames import UserCodeRule
-from xlabridge.diagnostics.report import UNKNOWN_NAME, Finding, Report, TpuGraph, TpuView, XlaGraph
+from xlabridge.diagnostics.report import (
+    UNKNOWN_NAME,
+    Finding,
+    Report,
+    TpuBreak,
+    TpuGraph,
+    TpuSlice,
+    TpuView,
+    XlaGraph,
+)
 
 _GIB = 2**30
 
@@ -38,6 +50,17 @@ class _TpuBuilder:
         self.report = report
         self.passes = [e for e in events if isinstance(e, ev.TpuPass)]
         self.compiled = [e for e in events if isinstance(e, ev.TpuCompiled)]
+        self.slices = [e for e in events if isinstance(e, ev.TpuSlice)]
+        # the programs of Dynamo graphs no XLA front end compiled, by hash, and those that have none
+        self.programs: dict[str, tuple[ev.FxProgram, UserCodeRule]] = {}
+        self.unlowered: list[tuple[ev.FxProgram, UserCodeRule]] = []
+        for process_events, rule in processes:
+            for program in process_events:
+                if isinstance(program, ev.FxProgram):
+                    if program.hash:
+                        self.programs.setdefault(program.hash, (program, rule))
+                    elif program.role != "training-step":
+                        self.unlowered.append((program, rule))
         # Where each graph comes from, looked up once: a Dynamo graph's first op by (compile id,
         # process); a lazily traced graph's trigger, the innermost user frame of its stack.
         self.dynamo_places = {(g.compile_id, g.pid): (g.filename, g.lineno, g.function) for g in report.dynamo_graphs}
@@ -68,6 +91,8 @@ class _TpuBuilder:
             self.report.warnings.append(f"TPU view: nothing compiled: {view.error}")
         for compiled in self.compiled:
             view.graphs.append(self._row(compiled))
+        self._unlowered(view)
+        self._slices(view)
         view.compile_seconds = sum(g.compile_seconds or 0.0 for g in view.graphs)
         view.hbm_capacity_bytes = next((g.hbm_capacity_bytes for g in view.graphs if g.hbm_capacity_bytes), None)
         if view.hbm_capacity_bytes is None:
@@ -76,6 +101,7 @@ class _TpuBuilder:
             chip = CHIPS.get(view.generation)
             view.hbm_capacity_bytes = chip.hbm_bytes if chip else None
         missing = {h for g in self.report.xla_graphs for h in g.hashes} - {g.hash for g in view.graphs}
+        missing -= set(self.programs)
         if missing and not view.error:
             self.report.warnings.append(
                 f"TPU view: {len(missing)} XLA graph(s) of the run were not compiled for TPU (no HLO saved)")
@@ -86,9 +112,20 @@ class _TpuBuilder:
         row = TpuGraph(hash=compiled.hash, num_partitions=compiled.num_partitions, error=compiled.error,
                        xla_graphs=[g.index for g in xla], pids=sorted({g.pid for g in xla}),
                        collectives=[dict(c) for c in compiled.collectives], tpu_hlo_file=compiled.tpu_hlo_file)
-        if not xla:
+        program = self.programs.get(compiled.hash)
+        if program is not None:
+            event, rule = program
+            row.compile_id, row.role, row.backend, row.route = event.compile_id, event.role, event.backend, "torchax"
+            row.pids = [event.pid]
+            frame = rule.innermost(event.frames)
+            row.filename, row.lineno, row.function = frame.filename, frame.lineno, frame.function
+        elif not xla:
             row.origin = ev.GraphOrigin.LAZY.value
-        row.filename, row.lineno, row.function = self._where(compiled.hash, xla)
+        if program is None:
+            row.filename, row.lineno, row.function = self._where(compiled.hash, xla)
+            row.route = "torchtpu" if any(g.compiler == "torchtpu" for g in xla) else "torch_xla"
+            if xla:
+                row.compile_id, row.role = xla[0].compile_id, xla[0].role
         result = compiled.result
         if result is None:
             return row
@@ -105,6 +142,46 @@ class _TpuBuilder:
             setattr(row, name, result.get(name))
         return row
 
+    def _unlowered(self, view: TpuView) -> None:
+        """A row (not compiled, with why) per program that could not be lowered, and its TPU lowering breaks."""
+        unavailable = set()
+        for program, rule in self.unlowered:
+            frame = rule.innermost(program.frames)
+            place = {"filename": frame.filename, "lineno": frame.lineno, "function": frame.function}
+            ops = sorted({b.op for b in program.breaks})
+            error = (f"no TPU lowering for {', '.join(ops)}" if ops else program.error) or "not lowered"
+            view.graphs.append(TpuGraph(hash="", compiled=False, error=error, pids=[program.pid],
+                                        compile_id=program.compile_id, role=program.role, backend=program.backend,
+                                        route="torchax", **place))
+            if program.error and not program.role:
+                unavailable.add(program.error)
+            for lowering_break in program.breaks:
+                cause = causes.classify_tpu_break(lowering_break.op)
+                if program.error:  # torchax has a lowering, and it failed on this node
+                    cause = causes.Cause("lowering-failed", ".", f"torchax failed to lower it: "
+                                         f"{causes.first_line(program.error)}. Rewrite it with other ops, or report it "
+                                         "to torchax.")
+                where = rule.innermost(list(lowering_break.frames) or program.frames)
+                view.breaks.append(TpuBreak(
+                    op=lowering_break.op, category=cause.category, suggestion=cause.suggestion,
+                    compile_id=program.compile_id, role=program.role, node=lowering_break.node,
+                    backend=program.backend, filename=where.filename, lineno=where.lineno, function=where.function))
+        for message in sorted(unavailable):
+            self.report.warnings.append(f"TPU view: Dynamo graphs without a TPU row: {message}")
+
+    def _slices(self, view: TpuView) -> None:
+        for event in self.slices:
+            program = self.programs.get(event.hash)
+            frame = program[1].innermost(program[0].frames) if program else None
+            fit = next((t for t in event.tried if t.get("fits")), None)
+            capacity = next((t.get("capacity_bytes") for t in event.tried if t.get("capacity_bytes")), None)
+            view.slices.append(TpuSlice(
+                compile_id=event.compile_id, generation=event.generation, chips=event.chips, topology=event.topology,
+                mesh=dict(event.mesh), batch=event.batch, hbm_bytes=fit.get("hbm_bytes") if fit else None,
+                capacity_bytes=capacity, tried=[dict(t) for t in event.tried], reason=event.reason,
+                filename=frame.filename if frame else UNKNOWN_NAME, lineno=frame.lineno if frame else 0,
+                function=frame.function if frame else UNKNOWN_NAME))
+
     def _where(self, digest: str, xla: list[XlaGraph]) -> tuple[str, int, str]:
         """The user line of a graph: its FX graph's first op, or (lazy) the stack that cut it."""
         for graph in xla:
@@ -117,10 +194,28 @@ class _TpuBuilder:
         return (run.filename, run.lineno, run.function) if run else (UNKNOWN_NAME, 0, UNKNOWN_NAME)
 
     def _findings(self, view: TpuView) -> None:
+        for found in view.breaks:
+            self.report.findings.append(Finding(
+                "tpu-lowering-break",
+                f"{found.op} (node {found.node}) in the {found.role} of Dynamo graph {found.compile_id} "
+                f"({found.backend}) has no TPU lowering: the graph gets no TPU program. {found.suggestion}",
+                category=found.category, filename=found.filename, lineno=found.lineno, function=found.function,
+            ))
         for row in view.graphs:
+            if row.route == "torchax" and not row.compiled:
+                if not row.hash:
+                    continue
+                self.report.findings.append(Finding(
+                    "tpu-refused",
+                    f"the {row.role} of Dynamo graph {row.compile_id} ({row.backend}), from {row.filename}:{row.lineno} "
+                    f"({row.function}), does not compile for TPU {view.generation}: {causes.first_line(row.error)}",
+                    filename=row.filename, lineno=row.lineno, function=row.function,
+                ))
+                continue
             place = f"{row.filename}:{row.lineno} ({row.function})"
             which = (f"XLA graph {row.hash[:12]} (FX graph {', '.join(map(str, row.xla_graphs))})"
-                     if row.xla_graphs else f"lazy XLA graph {row.hash[:12]}")
+                     if row.xla_graphs else f"the {row.role} of Dynamo graph {row.compile_id} ({row.backend})"
+                     if row.route == "torchax" else f"lazy XLA graph {row.hash[:12]}")
             graph = row.xla_graphs[0] if row.xla_graphs else None
             if row.compiled and not row.fits:
                 need = (f"{row.hbm_bytes / _GIB:.2f} GiB" if row.hbm_bytes is not None

@@ -9,11 +9,13 @@ the probes after the last recorder.
 
 from __future__ import annotations
 
-from xlabridge.diagnostics._observe import environment as _environment, recorder as _recorder
+from xlabridge.diagnostics._observe import environment as _environment, fx_programs, recorder as _recorder
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._observe.probes import (
+    compiled_calls,
     dynamo_compiles,
+    dynamo_graphs,
     registry,
     selftest,
     torchtpu,
@@ -52,7 +54,9 @@ def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
     try:
         _recorder.safely(xla_helper.INFO.name, "summing calls", xla_helper.flush)
         _recorder.safely(torchtpu.INFO.name, "summing calls", torchtpu.flush)
-        _recorder.safely(dynamo_compiles.INFO.name, "reading compilation metrics", dynamo_compiles.drain)
+        _recorder.safely(compiled_calls.INFO.name, "summing calls", compiled_calls.flush, recorder)
+        _recorder.safely(dynamo_compiles.INFO.name, "reading compilation metrics", dynamo_compiles.drain,
+                         ended=True)
         started, baseline, eager = _baselines.pop(
             id(recorder), (recorder.events[0].t, xla_metrics.Snapshot(), xla_eager.Baseline()))
         _recorder.safely("xla.metrics", "reading totals", _totals, recorder, baseline)
@@ -73,6 +77,8 @@ def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
     # after the observed time, and unobserved: lowering imports JAX, which is not the program's work
     _recorder.safely(torchtpu.INFO.name, "writing TorchTPU's graphs", torchtpu.write_graphs, recorder,
                      _lower_torchtpu if recorder.capture_hlo else None)
+    kept = dynamo_graphs.kept_for(recorder)
+    _recorder.safely(dynamo_graphs.INFO.name, "lowering Dynamo's graphs for TPU", fx_programs.write, recorder, kept)
 
 
 def _lower_torchtpu(partition: torchtpu.Partition) -> str:

@@ -54,6 +54,15 @@ def graphs_to_compile(events: Sequence[ev.Event]) -> list[ev.XlaGraphSeen]:
     return list(chosen.values())
 
 
+def programs_to_compile(events: Sequence[ev.Event]) -> list[ev.FxProgram]:
+    """The first ``fx_program`` event of each distinct lowered program (any backend's Dynamo graphs)."""
+    chosen: dict[str, ev.FxProgram] = {}
+    for event in events:
+        if isinstance(event, ev.FxProgram) and event.hlo_file and event.hash not in chosen:
+            chosen[event.hash] = event
+    return list(chosen.values())
+
+
 def _collectives(hlo: str) -> list[dict[str, object]]:
     from xlabridge.pod import find_collectives, totals
 
@@ -80,7 +89,10 @@ def run(
     from xlabridge import tpu
 
     start = time.monotonic()
-    graphs = graphs_to_compile(events)
+    graphs: list[ev.XlaGraphSeen | ev.FxProgram] = [*graphs_to_compile(events)]
+    steps = []
+    for program in programs_to_compile(events):
+        (steps if program.role == "training-step" else graphs).append(program)
     topology = tpu.resolve_target(target)
     out: list[ev.Event] = []
 
@@ -89,7 +101,7 @@ def run(
                               generation=topology.generation, graphs=len(graphs), **fields))
         return out
 
-    if not graphs:  # nothing to compile: no worker to start
+    if not graphs and not steps:  # nothing to compile: no worker to start
         return finish()
     try:
         compiler = tpu.TpuCompiler(topology, timeout=timeout)
@@ -99,21 +111,43 @@ def run(
     with compiler:
         for graph in graphs:
             out.append(_compile_one(compiler, graph, base, topology.name, save_tpu_hlo))
+        for step in steps:
+            out.append(_slice(compiler, step, base, topology))
     logger.info("compiled %d graphs for %s in %.1f s", len(graphs), topology.name, time.monotonic() - start)
     return finish(libtpu_version=versions.get("libtpu", ""), jax_version=versions.get("jax", ""))
 
 
-def _compile_one(compiler, graph: ev.XlaGraphSeen, base: Path, topology: str, save_tpu_hlo: bool) -> ev.TpuCompiled:
+def _slice(compiler, step: ev.FxProgram, base: Path, topology) -> ev.TpuSlice:
+    """The smallest slice of ``topology``'s generation that fits the training step ``step``."""
+    from xlabridge.tpu import _slices
+
+    common = {"compile_id": step.compile_id, "hash": step.hash, "generation": topology.generation,
+              "batch": step.batch}
+    try:
+        text = (base / step.hlo_file).read_text(encoding="utf-8")
+    except OSError as error:
+        return ev.TpuSlice(**_recorder.stamp(), **common, reason=f"cannot read the step's StableHLO: {error}")
+    attempts, reason = _slices.smallest_slice(compiler, text, topology.generation, axis=step.mesh_axis,
+                                              batch=step.batch, name=step.hash[:16])
+    fit = next((a for a in attempts if a.fits), None)
+    return ev.TpuSlice(**_recorder.stamp(), **common, tried=[a.to_dict() for a in attempts],
+                       chips=fit.chips if fit else None, topology=fit.topology if fit else "",
+                       mesh={step.mesh_axis: fit.devices} if fit else {}, reason=reason)
+
+
+def _compile_one(compiler, graph: ev.XlaGraphSeen | ev.FxProgram, base: Path, topology: str,
+                 save_tpu_hlo: bool) -> ev.TpuCompiled:
     from xlabridge import tpu
 
     started = time.monotonic()
-    common = {"hash": graph.hash, "num_partitions": graph.num_partitions, "hlo_file": graph.hlo_file}
+    common = {"hash": graph.hash, "num_partitions": getattr(graph, "num_partitions", 1), "hlo_file": graph.hlo_file}
 
     def event(**fields: object) -> ev.TpuCompiled:
         return ev.TpuCompiled(**_recorder.stamp(), start=started, **common, **fields)
 
     if graph.hlo_file is None:
-        return event(error=graph.hlo_error or "no HLO proto was saved for this graph (the bridge probe could not capture it)")
+        return event(error=getattr(graph, "hlo_error", "") or "no HLO proto was saved for this graph (the bridge probe "
+                     "could not capture it)")
     path = base / graph.hlo_file
     stablehlo = graph.hlo_format == ev.HloFormat.STABLEHLO
     try:
@@ -122,7 +156,7 @@ def _compile_one(compiler, graph: ev.XlaGraphSeen, base: Path, topology: str, sa
         return event(error=f"cannot read the graph's {'StableHLO' if stablehlo else 'HLO proto'} {path}: {error}")
     row = tpu.compile_row(compiler, tpu.Program(
         graph.hash[:16], module, tpu.ProgramFormat.STABLEHLO if stablehlo else tpu.ProgramFormat.HLO_PROTO,
-        graph.num_partitions,
+        common["num_partitions"],
     ))
     if row.result is None:
         return event(error=row.error)
@@ -137,5 +171,5 @@ def _compile_one(compiler, graph: ev.XlaGraphSeen, base: Path, topology: str, sa
             logger.warning("cannot save the TPU HLO of %s: %s", graph.hash, error)
     data = result.to_dict()
     data.pop("hlo", None)
-    collectives = _collectives(result.hlo) if result.hlo and graph.num_partitions > 1 else []
+    collectives = _collectives(result.hlo) if result.hlo and common["num_partitions"] > 1 else []
     return event(result=data, tpu_hlo_file=tpu_hlo_file, collectives=collectives)

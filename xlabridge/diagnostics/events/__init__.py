@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from xlabridge.diagnostics.events._backends import BackendCompile, CompiledCalls, FxProgram, LoweringBreak, TpuSlice
 from xlabridge.diagnostics.events._base import (
     Event,
     EventType,
@@ -74,8 +75,10 @@ from xlabridge.diagnostics.events._types import (
 )
 
 __all__ = [
+    "BackendCompile",
     "BridgeGraph",
     "CompilePath",
+    "CompiledCalls",
     "CpuNode",
     "DynamoCompile",
     "EagerOps",
@@ -85,6 +88,7 @@ __all__ = [
     "Frame",
     "FxCode",
     "FxLine",
+    "FxProgram",
     "GraphBreak",
     "GraphCalled",
     "GraphCalls",
@@ -96,6 +100,7 @@ __all__ = [
     "LazyGraphSeen",
     "LazyRun",
     "LazyRuns",
+    "LoweringBreak",
     "Partitioned",
     "ProbeState",
     "ProbeStatus",
@@ -109,6 +114,7 @@ __all__ = [
     "TorchBreak",
     "TpuCompiled",
     "TpuPass",
+    "TpuSlice",
     "TraceRead",
     "Transfer",
     "XlaCompile",
@@ -162,7 +168,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-_NESTED = {"Frame": Frame, "CpuNode": CpuNode, "SegmentRecord": SegmentRecord, "LazyRun": LazyRun, "FxLine": FxLine}
+_NESTED = {"Frame": Frame, "CpuNode": CpuNode, "SegmentRecord": SegmentRecord, "LazyRun": LazyRun, "FxLine": FxLine,
+           "LoweringBreak": LoweringBreak}
 _ENUMS = {"ProbeState": ProbeState, "SegmentKind": SegmentKind, "XlaPhase": XlaPhase, "GraphOrigin": GraphOrigin,
           "HloFormat": HloFormat}
 

@@ -42,6 +42,10 @@ class EventType(str, enum.Enum):
     IMPORTED = "imported"
     SYNC = "sync"
     EAGER_OPS = "eager_ops"
+    FX_PROGRAM = "fx_program"
+    TPU_SLICE = "tpu_slice"
+    BACKEND_COMPILE = "backend_compile"
+    COMPILED_CALLS = "compiled_calls"
     TORCH_BREAK = "torch_break"
     TRACE_READ = "trace_read"
 

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from xlabridge.diagnostics._fields import field as _field
+from xlabridge.diagnostics.events._backends import BackendCompile, CompiledCalls, FxProgram, TpuSlice
 from xlabridge.diagnostics.events._base import (
     Event,
     EventType,
@@ -425,7 +426,8 @@ EVENT_CLASSES: dict[EventType, type[Event]] = {
         CompilePath,
         BridgeGraph, Partitioned, XlaGraphSeen, XlaCompile, GraphCalled, GraphCalls, Transfer, ProcessEnd,
         TpuCompiled, TpuPass, Imported, Sync, EagerOps,
-        LazyGraphSeen, LazyRuns, GraphCollectives, FxCode,
+        LazyGraphSeen, LazyRuns, GraphCollectives, FxCode, FxProgram, TpuSlice,
+        BackendCompile, CompiledCalls,
     )
 }
 assert set(EVENT_CLASSES) == set(EventType), "every event type has its class"

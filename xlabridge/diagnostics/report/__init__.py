@@ -21,7 +21,7 @@ from xlabridge.diagnostics.report._rows import (
     XlaGraph,
 )
 from xlabridge.diagnostics.report._timeline import Span, SpanKind
-from xlabridge.diagnostics.report._tpu import TpuGraph, TpuView
+from xlabridge.diagnostics.report._tpu import TpuBreak, TpuGraph, TpuSlice, TpuView
 
 __all__ = [
     "SCHEMA",
@@ -41,7 +41,9 @@ __all__ = [
     "Span",
     "SpanKind",
     "TimeSplit",
+    "TpuBreak",
     "TpuGraph",
+    "TpuSlice",
     "TpuView",
     "UnevenCompile",
     "XlaGraph",

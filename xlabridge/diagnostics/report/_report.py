@@ -32,7 +32,7 @@ from xlabridge.diagnostics.report._rows import (
     XlaGraph,
 )
 from xlabridge.diagnostics.report._timeline import Span
-from xlabridge.diagnostics.report._tpu import TpuGraph, TpuView
+from xlabridge.diagnostics.report._tpu import TpuBreak, TpuGraph, TpuSlice, TpuView
 
 SCHEMA = "xlabridge.report/4"
 TRACE_SOURCE = "TORCH_TRACE"
@@ -142,6 +142,8 @@ class Report:
         if data.get("tpu"):
             tpu = build(TpuView, [data["tpu"]])[0]
             tpu.graphs = build(TpuGraph, tpu.graphs)  # type: ignore[arg-type]
+            tpu.breaks = build(TpuBreak, tpu.breaks)  # type: ignore[arg-type]
+            tpu.slices = build(TpuSlice, tpu.slices)  # type: ignore[arg-type]
         return cls(
             tpu=tpu,
             environment=dict(data.get("environment", {})),

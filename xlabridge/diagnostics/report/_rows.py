@@ -189,7 +189,9 @@ class TimeSplit:
     tracing: float = _field("Dynamo's compilations and the bridge's extractions, less XLA compilation in them")
     xla_compile: float = _field("XLA compilation, wherever it happened (torch_xla's ``CompileTime`` and "
                                 "``EagerOpCompileTime``)")
-    execution: float = _field("calls of compiled graphs, less their XLA compilation and CPU-fallback work")
+    execution: float = _field("calls of compiled graphs, less their XLA compilation and CPU-fallback work; for "
+                              "graphs of other backends (inductor...), the host time of each call and of its "
+                              "compiled backward (on CUDA: the launches, unless the program waits inside a call)")
     cpu_fallback: float = _field("time in the CPU nodes of partitioned graphs during their calls")
     other: float = _field("the rest: Python between graphs, lazy tensor tracing, host reads outside the shares above")
     imports: float = _field("importing torch_xla, transformers and the other heavy packages after observation began", 0.0)
@@ -200,7 +202,12 @@ class TimeSplit:
     eager: float = _field("ops run in torch_xla's eager mode, each its own XLA computation, outside the shares "
                           "above (torch_xla's ``EagerOpExecuteTime``)", 0.0)
 
-    SHARES = ("imports", "tracing", "xla_compile", "execution", "lazy", "eager", "transfers", "cpu_fallback",
+    backend_compile: float = _field("a backend's own compile of the graphs AOTAutograd handed it (inductor's code "
+                                    "generation, C++/Triton compile, autotuning, its compile workers), apart from "
+                                    "Dynamo's and AOTAutograd's tracing", 0.0)
+
+    SHARES = ("imports", "tracing", "backend_compile", "xla_compile", "execution", "lazy", "eager", "transfers",
+              "cpu_fallback",
               "other")
 
     def shares(self) -> dict[str, float]:

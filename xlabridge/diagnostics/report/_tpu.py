@@ -49,6 +49,49 @@ class TpuGraph:
                            UNKNOWN_NAME)
     lineno: int = _field("line", 0)
     function: str = _field("function", UNKNOWN_NAME)
+    compile_id: str = _field("the Dynamo graph it belongs to (a graph of a backend that is not an XLA front end: "
+                             "``route`` ``torchax``)", "")
+    role: str = _field("its program: ``inference``, ``forward`` or ``backward`` (AOTAutograd's)", "")
+    backend: str = _field("the backend the run handed its Dynamo graph to (``inductor``)", "")
+    route: str = _field("how the program reached libtpu: ``torch_xla`` (its HLO), ``torchtpu`` or ``torchax`` "
+                        "(lowered from the FX graph by torchax and jax.export)", "torch_xla")
+
+
+@dataclasses.dataclass
+class TpuBreak:
+    """One FX node of a Dynamo graph whose op has no TPU lowering: its graph gets no TPU program."""
+
+    op: str = _field("the ATen op (``aten::adaptive_max_pool2d``)")
+    category: str = _field("the matching row of ``causes.TPU_CAUSES``")
+    suggestion: str = _field("a rewrite that lowers, where one is known")
+    compile_id: str = _field("the Dynamo graph")
+    role: str = _field("``inference``, ``forward`` or ``backward``")
+    node: str = _field("the FX node's name", "")
+    backend: str = _field("the backend the run handed the graph to", "")
+    filename: str = _field("user source line of the node", UNKNOWN_NAME)
+    lineno: int = _field("line", 0)
+    function: str = _field("function", UNKNOWN_NAME)
+
+
+@dataclasses.dataclass
+class TpuSlice:
+    """The smallest slice of the generation that fits one training step with data parallelism over
+    its batch, found by compiling the step at each size (compiled here, not run)."""
+
+    compile_id: str = _field("the Dynamo graph whose forward and backward make the step")
+    generation: str = _field("TPU generation")
+    chips: int | None = _field("chips of the smallest slice that fits (null: none tried fits)", None)
+    topology: str = _field("the topology that slice was compiled on", "")
+    mesh: dict[str, int] = _field("its mesh, axis -> devices", factory=dict)
+    batch: int | None = _field("the batch split over the chips", None)
+    hbm_bytes: int | None = _field("per-chip HBM of the step on that slice", None)
+    capacity_bytes: int | None = _field("one chip's HBM", None)
+    tried: list[dict[str, Any]] = _field("each compile: ``devices``, ``topology``, ``fits``, ``chips``, ``hbm_bytes``, "
+                                         "``capacity_bytes``, ``error``", factory=list)
+    reason: str = _field("why no slice fits", "")
+    filename: str = _field("user source line of the graph", UNKNOWN_NAME)
+    lineno: int = _field("line", 0)
+    function: str = _field("function", UNKNOWN_NAME)
 
 
 @dataclasses.dataclass
@@ -63,5 +106,8 @@ class TpuView:
     seconds: float = _field("wall time of the TPU compiles (after the run; worker start-up included)", 0.0)
     compile_seconds: float = _field("libtpu's compile time summed over the graphs", 0.0)
     hbm_capacity_bytes: int | None = _field("one device's HBM", None)
-    graphs: list[TpuGraph] = _field("one row per distinct XLA graph", factory=list)
+    graphs: list[TpuGraph] = _field("one row per distinct XLA graph, and per program of a Dynamo graph of any "
+                                    "other backend (``route`` ``torchax``)", factory=list)
+    breaks: list[TpuBreak] = _field("ops of those Dynamo graphs with no TPU lowering", factory=list)
+    slices: list[TpuSlice] = _field("per training step, the smallest slice that fits it", factory=list)
     error: str = _field("why nothing was compiled (libtpu missing, the worker did not start)", "")

@@ -23,7 +23,7 @@ from xlabridge.diagnostics.views._model import (
 if TYPE_CHECKING:
     from xlabridge.diagnostics.report import Finding, Report
 
-_SHARE_WORDS = {"xla_compile": "XLA compile", "cpu_fallback": "CPU fallback"}
+_SHARE_WORDS = {"xla_compile": "XLA compile", "cpu_fallback": "CPU fallback", "backend_compile": "backend compile"}
 SHARE_LABELS: tuple[tuple[str, str], ...] = tuple(
     (name, _SHARE_WORDS.get(name, name.replace("_", " "))) for name in TimeSplit.SHARES
 )
@@ -33,8 +33,10 @@ SHARE_OF_KIND: dict[str, str] = {
     SpanKind.IMPORT.value: "imports",
     SpanKind.TRACE.value: "tracing",
     SpanKind.EXTRACT.value: "tracing",
+    SpanKind.BACKEND_COMPILE.value: "backend_compile",
     SpanKind.XLA_COMPILE.value: "xla_compile",
     SpanKind.EXECUTE.value: "execution",
+    SpanKind.DEVICE.value: "execution",
     SpanKind.CPU_FALLBACK.value: "cpu_fallback",
     SpanKind.LAZY.value: "lazy",
     SpanKind.TRANSFER.value: "transfers",
@@ -47,8 +49,10 @@ KIND_COLOURS: dict[str, str] = {
     SpanKind.IMPORT.value: "#b07aa1",
     SpanKind.TRACE.value: "#edc948",
     SpanKind.EXTRACT.value: "#9c755f",
+    SpanKind.BACKEND_COMPILE.value: "#d37295",
     SpanKind.XLA_COMPILE.value: "#e15759",
     SpanKind.EXECUTE.value: "#4e79a7",
+    SpanKind.DEVICE.value: "#a0cbe8",
     SpanKind.CPU_FALLBACK.value: "#f28e2b",
     SpanKind.LAZY.value: "#76b7b2",
     SpanKind.TRANSFER.value: "#59a14f",
@@ -94,7 +98,7 @@ def time(report: Report) -> Section | None:
     if several:
         rows.insert(0, ["wall"] + [seconds(t.wall) for t in report.time])
     section = Section("time", "Time", summary=summary,
-                      tables=[Table(headers, rows, [12] + [max(17, len(h)) for h in headers[1:]])])
+                      tables=[Table(headers, rows, [15] + [max(17, len(h)) for h in headers[1:]])])
     for split in report.time:
         fractions = split.shares()
         section.bars[f"{process_name(report, split.pid)}: {seconds(split.wall)}"] = [

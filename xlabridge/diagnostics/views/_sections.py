@@ -193,7 +193,12 @@ def _hlo(report: Report) -> Section:
     return section
 
 
+_ROLES = {"inference": "inf", "forward": "fwd", "backward": "bwd"}
+
+
 def _tpu_graph_label(row: TpuGraph) -> str:
+    if row.route == "torchax":
+        return f"{row.compile_id} {_ROLES.get(row.role, row.role)}".strip()
     if row.xla_graphs:
         return ",".join(str(i) for i in row.xla_graphs)
     return "lazy"
@@ -209,8 +214,14 @@ def _tpu(report: Report) -> Section | None:
         section.notes.append(view.error)
         return section
     fits = sum(1 for g in view.graphs if g.fits)
+    lowered = [g for g in view.graphs if g.route == "torchax"]
+    what = plural(len(view.graphs) - len(lowered), "XLA graph")
+    if lowered:
+        what = (f"{plural(len(lowered), 'program')} of Dynamo graphs (backend "
+                f"{', '.join(sorted({g.backend for g in lowered}))})"
+                + (f" and {what}" if len(view.graphs) > len(lowered) else ""))
     section.summary = (
-        f"{plural(len(view.graphs), 'XLA graph')} {view.label}; {fits} of {len(view.graphs)} fit one device's "
+        f"{what} {view.label}; {fits} of {len(view.graphs)} fit one device's "
         f"{size(view.hbm_capacity_bytes)} of HBM; the TPU compiles took {seconds(view.seconds)} after the run "
         f"(libtpu's own compile time {seconds(view.compile_seconds)})"
     )
@@ -225,6 +236,11 @@ def _tpu(report: Report) -> Section | None:
                 "TorchTPU's graphs were lowered to StableHLO here by torchax and jax.export, not by TorchTPU's own "
                 "lowering (it runs only on a TPU): kernels and HBM are XLA:TPU's for that StableHLO, whose ops can "
                 "differ from TorchTPU's (its Pallas and fused kernels; docs/guides/torchtpu.md)")
+    if lowered:
+        section.notes.append(
+            "graphs of backends that are not XLA front ends (graph 'ID fwd'/'bwd'/'inf': Dynamo's compile id and "
+            "AOTAutograd's forward, backward or inference program) were traced after the run and lowered to "
+            "StableHLO by torchax and jax.export: what XLA:TPU makes of the model, not of the backend's kernels")
     rows = []
     for g in view.graphs:
         if not g.compiled:
@@ -254,7 +270,33 @@ def _tpu(report: Report) -> Section | None:
         ))
     for g in view.graphs:
         if g.error:
-            section.notes.append(f"graph {_tpu_graph_label(g)} ({g.hash[:12]}): {first_line(g.error)}")
+            label = f" ({g.hash[:12]})" if g.hash else ""
+            section.notes.append(f"graph {_tpu_graph_label(g)}{label}: {first_line(g.error)}")
+    if view.breaks:
+        section.tables.append(Table(
+            ["graph", "op", "category", "where", "suggestion"],
+            [[f"{b.compile_id} {_ROLES.get(b.role, b.role)}", b.op, b.category,
+              where(b.filename, b.lineno, b.function), b.suggestion] for b in view.breaks],
+            [9, 24, 15, 34, 0],
+        ))
+    if view.slices:
+        section.tables.append(Table(
+            ["graph", "batch", "smallest slice that fits", "HBM per chip", "tried (chips: HBM per chip, fits)"],
+            [[sl.compile_id, str(sl.batch) if sl.batch is not None else "-",
+              f"{sl.chips} chip{'s' if sl.chips != 1 else ''} ({sl.topology})" if sl.chips else "none",
+              size(sl.hbm_bytes),
+              "; ".join(f"{t['devices']}: {size(t.get('hbm_bytes'))} {'yes' if t.get('fits') else 'no'}"
+                        for t in sl.tried)]
+             for sl in view.slices],
+            [6, 5, 24, 12, 0],
+        ))
+        section.notes.append(
+            f"slice: each training step's forward and backward compiled as one program with its batch split over "
+            f"1, 2, 4, ... {view.generation} chips (data parallelism, parameters replicated) until its HBM per chip "
+            "fits; graphs cut by a Dynamo break are compiled apart (what one holds while the other runs is not added)")
+        for sl in view.slices:
+            if sl.reason:
+                section.notes.append(f"slice of graph {sl.compile_id}: {sl.reason}")
     section.notes.append(
         "cost model: XLA's cost analysis, at rates fixed inside libtpu rather than the chip's: it ranks "
         "graphs, it does not predict a step time ('-': the graph holds a custom call it cannot cost); "

@@ -10,11 +10,20 @@ import os
 import sys
 
 
+_COMPILE_WORKERS = (os.path.join("_inductor", "compile_worker", "__main__.py"), "torch._inductor.compile_worker")
+"""How inductor starts its compile workers: their work is the parent's inductor compile (its
+``backend compile`` share covers the wait on them), not a process of the user's program."""
+
+
+def _compile_worker() -> bool:
+    return any(arg.endswith(_COMPILE_WORKERS) for arg in getattr(sys, "orig_argv", sys.argv))
+
+
 def _start_collecting() -> None:
     from xlabridge import _env
 
     directory = _env.get(_env.REPORT_DIR)
-    if not directory:
+    if not directory or _compile_worker():
         return
     try:
         from xlabridge.diagnostics._observe import pod as _pod, process as _process

@@ -11,6 +11,14 @@
   is the guard failure Dynamo itself names for a recompilation, and ``co_*`` the recompiled
   code. Records are appended after the end callbacks run, so they are read at the next
   compilation's start and when observation ends.
+* A record's start and end bound the whole compilation as torch times it
+  (``_compile.compile_inner`` is inside them), the callbacks only its middle: before the start
+  callback Dynamo finds and logs a recompilation's reasons (every cache entry's guards evaluated
+  again, a ``recompile_reasons`` structured-trace artifact with its captured stack; a large share
+  of a small recompilation when torch's logs are read), after the end callback it records the
+  compilation's metrics. A compilation the callbacks timed is therefore emitted when its record
+  is read, widened to the record's bounds; one whose record never comes, when observation ends,
+  as the callbacks timed it.
 
 ``torch._dynamo.reset()`` clears the callbacks: the graph probe re-registers them (``ensure``)
 and a compilation whose callbacks were missed is timed from its metrics record instead.
@@ -48,6 +56,8 @@ class _State:
     def __init__(self) -> None:
         self.open: dict[str, tuple[float, str, list[ev.Frame], float]] = {}
         self.timed: set[str] = set()
+        # timed by the callbacks, waiting for their metrics record: "id:trigger" -> (start, end, frames)
+        self.pending: dict[str, tuple[float, float, list[ev.Frame]]] = {}
         self.read: set[tuple[Any, ...]] = set()
         self.registered = False
 
@@ -104,8 +114,7 @@ def _end(args: tuple[Any, ...]) -> None:
     start, trigger, frames, compile_before = opened
     end = time.monotonic()
     _STATE.timed.add(f"{compile_id}:{trigger}")
-    _recorder.emit(ev.DynamoCompile(**_recorder.stamp(end), compile_id=compile_id, trigger=trigger,
-                                    start=start, caller_frames=frames))
+    _STATE.pending[f"{compile_id}:{trigger}"] = (start, end, frames)
     compiled = _compile_seconds() - compile_before
     if compiled > 0:
         _recorder.emit(ev.XlaCompile(**_recorder.stamp(end), graph=None, phase=ev.XlaPhase.DYNAMO,
@@ -116,8 +125,25 @@ def _metrics_records() -> list[Any]:
     return upstream_torch.compilation_metrics()
 
 
-def drain() -> None:
-    """Turn compilation-metrics records not read yet into events."""
+def _emit(compile_id: str, trigger: str, start: float, end: float, frames: list[ev.Frame]) -> None:
+    _recorder.emit(ev.DynamoCompile(**_recorder.stamp(end), compile_id=compile_id, trigger=trigger,
+                                    start=start, caller_frames=frames))
+
+
+def drain(*, ended: bool = False) -> None:
+    """Turn compilation-metrics records not read yet into events; ``ended``: observation ends,
+    the compilations still waiting for a record are emitted as their callbacks timed them."""
+    try:
+        _read_records()
+    finally:
+        if ended:
+            for key, (start, end, frames) in list(_STATE.pending.items()):
+                compile_id, _, trigger = key.rpartition(":")
+                _emit(compile_id, trigger, start, end, frames)
+            _STATE.pending.clear()
+
+
+def _read_records() -> None:
     offset = time.time() - time.monotonic()
     for record in _metrics_records():
         if _key(record) in _STATE.read:
@@ -126,7 +152,15 @@ def drain() -> None:
         compile_id = str(record.compile_id)
         forward = getattr(record, "is_forward", True) is not False
         trigger = "dynamo" if forward else "lazy_backward"
-        if f"{compile_id}:{trigger}" not in _STATE.timed and record.start_time_us and record.end_time_us:
+        timed = _STATE.pending.pop(f"{compile_id}:{trigger}", None)
+        if timed is not None:
+            start, end, frames = timed
+            if record.start_time_us and record.end_time_us:
+                began, ended = record.start_time_us / 1e6 - offset, record.end_time_us / 1e6 - offset
+                if began <= end and ended >= start:  # the record of this compilation, not of an earlier one
+                    start, end = min(start, began), max(end, ended)
+            _emit(compile_id, trigger, start, end, frames)
+        elif f"{compile_id}:{trigger}" not in _STATE.timed and record.start_time_us and record.end_time_us:
             _STATE.timed.add(f"{compile_id}:{trigger}")
             _recorder.emit(ev.DynamoCompile(
                 **_recorder.stamp(record.end_time_us / 1e6 - offset), compile_id=compile_id, trigger=trigger,
@@ -172,5 +206,6 @@ def install(installation: Installation) -> None:
     def forget() -> None:
         _STATE.registered = False
         _STATE.open.clear()
+        _STATE.pending.clear()
 
     installation.on_restore(forget)

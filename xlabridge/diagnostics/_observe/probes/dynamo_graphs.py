@@ -14,10 +14,17 @@ must not add); the ``graph_breaks`` log channel can only be turned on with torch
 which then print to the user's stderr; compilation metrics carry no break location. The
 wrapper calls the original and records nothing for a graph its backend reported itself.
 Checked on torch 2.8.0, 2.9.0 and 2.15.0 (``call_user_compiler(self, gm, example_inputs)``).
+
+Where a recorder wants the TPU view (``capture_hlo``), the wrapper also keeps each graph (a copy of
+its FX graph: inductor's passes rewrite the one it is handed) and its inputs' metadata (shapes,
+dtypes, ``requires_grad``, which are parameters; no data) with the grad mode of the call, for
+``fx_programs`` to lower after the run, whatever the backend.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 from typing import Any
 
@@ -27,7 +34,7 @@ from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics._observe import recorder as _recorder
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, dynamo_compiles
+from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, compiled_calls, dynamo_compiles
 
 INFO = ProbeInfo(
     name="dynamo.graphs",
@@ -42,6 +49,54 @@ INFO = ProbeInfo(
 )
 
 _SELF_REPORTED: set[str] = set()
+
+MAX_KEPT = 200
+"""Graphs kept for the TPU view per observation; a run that recompiles past it keeps the first ones."""
+
+
+@dataclasses.dataclass
+class Kept:
+    """A Dynamo graph kept during the run for its TPU view after it (``fx_programs``)."""
+
+    compile_id: str
+    backend: str
+    root: torch.fx.GraphModule
+    graph: torch.fx.Graph
+    """A copy of the graph (its nodes' meta shared) on the module it belongs to: inductor's pre-grad
+    passes rewrite the graph they are handed; the copy's code is generated only when it is lowered."""
+    inputs: list[Any]
+    """``xlabridge.tpu._aot.TensorMeta`` (or an int, or None) per example input."""
+    training: bool
+    """Grad mode was on when Dynamo compiled the call."""
+    frames: list[ev.Frame]
+    recorders: list[Any]
+
+    def module(self) -> torch.fx.GraphModule:
+        return torch.fx.GraphModule(self.root, self.graph)
+
+
+KEPT: list[Kept] = []
+"""Graphs kept for the active recorders that capture HLO, in capture order."""
+
+
+def _keep(gm: torch.fx.GraphModule, example_inputs: Any, compile_id: str, backend: str) -> None:
+    recorders = [r for r in _recorder.recorders() if r.capture_hlo]
+    if not recorders or sum(recorders[0] in k.recorders for k in KEPT) >= MAX_KEPT:
+        return
+    from xlabridge.tpu._aot import TensorMeta
+
+    KEPT.append(Kept(compile_id, backend, gm, copy.deepcopy(gm.graph), [TensorMeta.of(x) for x in example_inputs],
+                     torch.is_grad_enabled(), _first_op_frames(gm), recorders))
+
+
+def kept_for(recorder: Any) -> list[Kept]:
+    """The graphs kept for ``recorder``, now released from it (its observation ends)."""
+    mine = [k for k in KEPT if recorder in k.recorders]
+    for kept in mine:
+        kept.recorders.remove(recorder)
+        if not kept.recorders:
+            KEPT.remove(kept)
+    return mine
 
 
 def current_compile_id() -> str:
@@ -87,8 +142,13 @@ def record(gm: torch.fx.GraphModule, backend: str) -> None:
 
 
 def _backend_name(compiler_fn: Any) -> str:
+    """The backend as its user names it: ``inductor`` for ``torch.compile``'s wrapper of it (and
+    ``compiler_name`` of its wrapper of a backend given with options), else its registered name."""
     original = upstream_torch.original_backend(compiler_fn)
     original = getattr(original, "compiler_fn", original)
+    named = getattr(original, "compiler_name", None)
+    if isinstance(named, str) and named:
+        return named
     for name, fn in upstream_torch.dynamo_backends().items():
         if fn is original:
             return name
@@ -101,17 +161,21 @@ def _wrap_call_user_compiler(original: Any) -> Any:
             return original(self, gm, *args, **kwargs)
         dynamo_compiles.ensure()
         compile_id, started = current_compile_id(), time.monotonic()
+        backend = _recorder.safely(INFO.name, "naming a backend", _backend_name, self.compiler_fn) or "?"
         _SELF_REPORTED.discard(compile_id)
+        _recorder.safely(INFO.name, "keeping a Dynamo graph for the TPU view",
+                         lambda: _keep(gm, args[0] if args else kwargs.get("example_inputs", ()), compile_id, backend))
         try:
-            return original(self, gm, *args, **kwargs)
+            compiled = original(self, gm, *args, **kwargs)
         finally:
             if compile_id in _SELF_REPORTED:
                 _SELF_REPORTED.discard(compile_id)
             else:
-                _recorder.safely(
-                    INFO.name, "recording a Dynamo graph",
-                    lambda: _emit(gm, compile_id, _backend_name(self.compiler_fn), started),
-                )
+                _recorder.safely(INFO.name, "recording a Dynamo graph", lambda: _emit(gm, compile_id, backend, started))
+        if backend in compiled_calls.XLA_FRONT_ENDS or not callable(compiled):
+            return compiled
+        return _recorder.safely(compiled_calls.INFO.name, "timing a compiled graph", compiled_calls.wrap,
+                                compiled, compile_id, backend) or compiled
 
     return call_user_compiler
 

@@ -55,6 +55,9 @@ def expectations(
     graphs = of(ev.GraphCaptured)
     need("dynamo.graphs", any(g.backend != "xlabridge" for g in graphs), "no graph of another backend")
     need("dynamo.graphs", bool(of(ev.GraphBreak)), "no graph break")
+    calls = of(ev.CompiledCalls)
+    need("backend.calls", any(c.role == "forward" and c.calls for c in calls), "no call of an aot_eager graph")
+    need("backend.calls", any(c.role == "backward" and c.calls for c in calls), "no backward of an aot_eager graph")
     need("dynamo.breaks", bool(of(ev.TorchBreak)), "no graph break as torch records it")
     if with_xla:
         need("dynamo.graphs", any(g.backend == "xlabridge" for g in graphs), "no graph of the xlabridge backend")

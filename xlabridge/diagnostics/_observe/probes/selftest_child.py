@@ -42,6 +42,9 @@ def _program() -> dict[str, str]:
             compiled(x).sum().backward()
             if with_xla:
                 torch_xla.sync()
+        if with_xla:  # a graph of a backend that is not an XLA front end: its calls are timed
+            other = torch.compile(lambda x: (x * 2).sin(), backend="aot_eager", dynamic=False)
+            other(torch.randn(4, requires_grad=True)).sum().backward()
         if with_xla:
             torch.compile(lambda x: x * 2, backend="xlabridge")(torch.randn(4, device=device))
             torch_xla.sync()
