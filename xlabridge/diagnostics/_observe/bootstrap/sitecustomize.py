@@ -1,7 +1,7 @@
 """Loaded at start-up by every Python process of a command run under ``xlabridge report``.
 
-It starts collecting in this process (the report is written when the process exits), then
-hands over to any ``sitecustomize`` module that this one shadows.
+It starts collecting in this process (its events go to its log as they come), then hands over
+to any ``sitecustomize`` module that this one shadows.
 """
 
 import importlib.machinery
@@ -19,7 +19,11 @@ def _start_collecting() -> None:
     try:
         from xlabridge.diagnostics._observe import pod as _pod, process as _process
 
-        _process.observe_until_exit(directory, capture_hlo=_env.get(_env.CAPTURE_HLO) == "1", pod=_pod.wanted())
+        stall = _env.get(_env.STALL_AFTER)
+        _process.observe_until_exit(
+            directory, capture_hlo=_env.get(_env.CAPTURE_HLO) == "1", pod=_pod.wanted(),
+            stall_after=float(stall) if stall else None, run_id=_env.get(_env.RUN_ID) or "",
+        )
     except Exception as error:
         sys.stderr.write(f"xlabridge: diagnostics are off in this process ({type(error).__name__}: {error})\n")
 
