@@ -219,3 +219,75 @@ def test_the_logs_of_a_dead_process_read_back_to_the_same_report(runs, tmp_path)
                           env=_env(run["directory"], "mark"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(again.read_text()) == run["report"]
+
+
+RANK = textwrap.dedent(
+    """
+    import os, signal, sys, time, torch, torch_xla
+
+    rank = int(os.environ["RANK"])
+
+    def step(x):
+        y = (x * 3).sin()
+        print("logging inside the step")
+        return y.cos()
+
+    compiled = torch.compile(step, backend="openxla")
+    x = torch.randn(32, device=torch_xla.device())
+    for n in range({steps}):
+        compiled(x)
+        torch_xla.sync()
+        time.sleep(0.5)  # a step's length: the others go on for seconds after rank 2 dies
+        if rank == 2 and n + 1 == {dies_after}:
+            time.sleep(1)
+            os.kill(os.getpid(), signal.SIGKILL)  # the rank the OOM killer takes
+    """
+)
+
+LAUNCHER = textwrap.dedent(
+    """
+    import os, subprocess, sys
+
+    ranks = [subprocess.Popen([sys.executable, sys.argv[1]], env=dict(os.environ, RANK=str(rank), WORLD_SIZE="4"))
+             for rank in range(4)]
+    print("statuses", [rank.wait() for rank in ranks])
+    """
+)
+RANK_STEPS, DIES_AFTER = 8, 2
+
+
+def test_four_ranks_one_killed_the_others_complete_and_the_report_says_who_stopped_when(tmp_path):
+    (tmp_path / "rank.py").write_text(RANK.replace("{steps}", str(RANK_STEPS)).replace("{dies_after}",
+                                                                                          str(DIES_AFTER)))
+    (tmp_path / "launch.py").write_text(LAUNCHER)
+    done = subprocess.run(
+        [sys.executable, "-m", "xlabridge.cli", "report", "--events", str(tmp_path / "events"), "--json",
+         str(tmp_path / "report.json"), "--", sys.executable, str(tmp_path / "launch.py"), str(tmp_path / "rank.py")],
+        cwd=tmp_path, env=_env(tmp_path, "mark"), capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "statuses [0, 0, -9, 0]" in done.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    ranks = {p["rank"]: p for p in report["processes"] if p["rank"] is not None}
+    assert sorted(ranks) == [0, 1, 2, 3]
+    for rank in (0, 1, 3):
+        assert (ranks[rank]["ending"], ranks[rank]["steps"]) == ("exited", RANK_STEPS)
+    dead = ranks[2]
+    # the launcher waited for it: its exit status is in the dead rank's log
+    assert (dead["ending"], dead["signal"], dead["exit_status"], dead["steps"]) == ("killed", "SIGKILL", 137, DIES_AFTER)
+    assert dead["started"] + dead["last_event_seconds"] < min(ranks[r]["started"] + ranks[r]["last_event_seconds"]
+                                                              for r in (0, 1, 3)), "it stopped before the others"
+    # its data up to its death: its graphs, their calls, and what its --pod capture recorded
+    assert [g["calls"] for g in report["hlo"]["graphs"] if g["pid"] == dead["pid"]] == [DIES_AFTER, DIES_AFTER]
+    assert sum(g["pid"] == dead["pid"] for g in report["dynamo"]["graphs"]) == 2
+    # torch_xla's own record of the executions (its debug file, read after the rank's death)
+    for rank, steps in ((2, DIES_AFTER), (0, RANK_STEPS)):
+        executed = [g["executions"] for g in report["pod"]["graphs"]
+                    if g["process"] == f"rank {rank}" and g["origin"] == "dynamo"]
+        assert executed == [steps, steps], (rank, executed)
+    # which rank stopped when: the processes section and a finding; no divergence past its death
+    assert report["pod"]["divergences"] == []
+    (finding,) = [f for f in report["findings"] if f["kind"] == "process-ended"]
+    assert finding["message"].startswith(f"rank 2 ended by SIGKILL (exit status 137)")
+    assert f"after {DIES_AFTER} step(s)" in finding["message"] and "went on further" in finding["message"]
+    section = done.stdout[done.stdout.index("Processes:"):]
+    assert re.search(r"rank 2 \(pid \d+\)\s+killed\s+2 ", section), section[:2000]

@@ -1,4 +1,8 @@
-"""What observing costs: ``backend="xlabridge"`` under ``xlabridge.diagnose()`` vs plain ``openxla``.
+"""What observing costs: ``backend="xlabridge"`` under ``xlabridge.diagnose(log=...)`` vs plain ``openxla``.
+
+Observed as ``xlabridge report`` observes a process: each event appended to the log as it comes, the
+running sums rewritten beside it and the stall watchdog (``--stall-after``) checked by the observer's
+thread a few times a second.
 
 For each model, in one run, each configuration runs in fresh processes (so neither profits
 from the other's in-memory XLA compilation cache), alternating, ``--repeats`` times:
@@ -27,6 +31,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,11 +66,17 @@ def _trainer(model_name: str, backend: str):
     return train_step
 
 
-def worker(model_name: str, config: str, steps: int) -> dict:
-    """First call and steady median of one configuration, alone in this process."""
+def _observing(scratch: str) -> contextlib.AbstractContextManager:
+    """Observation as under ``xlabridge report --stall-after``: a log written as events come, the heartbeat."""
     import xlabridge.diagnostics as xd
 
-    observing = xd.diagnose() if config != "openxla" else contextlib.nullcontext()
+    return xd.diagnose(log=Path(scratch) / "events.jsonl", stall_after=600.0)
+
+
+def worker(model_name: str, config: str, steps: int) -> dict:
+    """First call and steady median of one configuration, alone in this process."""
+    scratch = tempfile.mkdtemp(prefix="xlabridge-overhead-")
+    observing = _observing(scratch) if config != "openxla" else contextlib.nullcontext()
     with observing as report:
         train_step = _trainer(model_name, "openxla" if config == "openxla" else "xlabridge")
         first = train_step()
@@ -89,12 +100,10 @@ def paired_worker(model_name: str, steps: int, *, observe: bool = True) -> dict:
     With ``observe=False`` the second copy is plain openxla too: the control, which shows
     what the pairing itself (a second model in the process) measures as a difference.
     """
-    import xlabridge.diagnostics as xd
-
     plain = _trainer(model_name, "openxla")
     for _ in range(4):
         plain()
-    with xd.diagnose() if observe else contextlib.nullcontext():
+    with _observing(tempfile.mkdtemp(prefix="xlabridge-overhead-")) if observe else contextlib.nullcontext():
         observed = _trainer(model_name, "xlabridge" if observe else "openxla")
         for _ in range(4):
             observed()

@@ -212,8 +212,8 @@ def _recovered(directory: Path, events: list[ev.Event]) -> list[ev.Event]:
     capture = _pod.directory(directory, start.pid)
     if not capture.is_dir():
         return []
-    last = max(e.t for e in events)
-    stamp = {"t": last, "pid": start.pid, "rank": events[-1].rank, "world": events[-1].world}
+    own = [e for e in events if not isinstance(e, ev.ProcessExit)]  # written by its parent, on the parent's time
+    stamp = {"t": max(e.t for e in own), "pid": start.pid, "rank": own[-1].rank, "world": own[-1].world}
     return _recorder.safely(_pod.INFO.name, "reading the capture of a process that did not exit",
                             _pod.recovered_events, capture, stamp) or []
 

@@ -30,6 +30,12 @@ From its events:
 * **CPU-fallback work**: time in the CPU nodes of partitioned graphs during their calls;
 * **other**: the rest (Python between compiled graphs, lazy tensor tracing, a host read's
   execution of pending lazy work, building a model on the host).
+
+A process without a ``process_end`` (it died, or still runs) is split up to its last event; its
+end-of-run totals (transfers, compilations outside compiled graphs) are then unknown, and the
+compilations its syncs saw stand for the latter. Later calls summed several to a span (a long
+run's) are counted in full, but only single calls' spans tell a sync inside a call from one
+between calls: a site's later syncs, summed, count as lazy.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from xlabridge.errors import DiagnosticsWarning
 
 logger = logging.getLogger(__name__)
 
-TICK = 0.25
+TICK = 0.5
 """Seconds between beats: the running sums on disk are never older than this (plus one rewrite)."""
 
 
