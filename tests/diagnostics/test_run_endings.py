@@ -291,3 +291,58 @@ def test_four_ranks_one_killed_the_others_complete_and_the_report_says_who_stopp
     assert f"after {DIES_AFTER} step(s)" in finding["message"] and "went on further" in finding["message"]
     section = done.stdout[done.stdout.index("Processes:"):]
     assert re.search(r"rank 2 \(pid \d+\)\s+killed\s+2 ", section), section[:2000]
+
+
+LIVE = textwrap.dedent(
+    """
+    import pathlib, sys, time, torch, torch_xla
+
+    def step(x):
+        y = (x * 3).sin()
+        print("logging inside the step")
+        return y.cos()
+
+    here = pathlib.Path(__file__).parent
+    compiled = torch.compile(step, backend="openxla")
+    x = torch.randn(32, device=torch_xla.device())
+    for _ in range({steps}):
+        compiled(x)
+        torch_xla.sync()
+    (here / "ready").write_text("ready")
+    while not (here / "release").exists():  # the job goes on; its report is read meanwhile
+        time.sleep(0.1)
+    """
+)
+
+
+def test_reading_a_running_jobs_directory_gives_the_report_so_far(tmp_path):
+    import os
+    import time
+
+    (tmp_path / "live.py").write_text(LIVE.replace("{steps}", str(STEPS)))
+    job = subprocess.Popen(
+        [sys.executable, "-m", "xlabridge.cli", "report", "--events", str(tmp_path / "events"), "--json",
+         str(tmp_path / "final.json"), "--", sys.executable, str(tmp_path / "live.py")],
+        cwd=tmp_path, env=_env(tmp_path, "mark"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline and job.poll() is None:
+            time.sleep(0.2)
+        assert (tmp_path / "ready").exists(), job.stderr.read() if job.poll() is not None else "not ready"
+        time.sleep(1.5)  # the running sums are rewritten beside the log at most a second after they change
+        read = subprocess.run([sys.executable, "-m", "xlabridge.cli", "report", "--read", str(tmp_path / "events"),
+                               "--json", str(tmp_path / "so_far.json")], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert read.returncode == 0, read.stderr[-2000:]
+    finally:
+        (tmp_path / "release").write_text("go")
+        status = job.wait(timeout=300)
+    assert status == 0, job.stderr.read()[-2000:]
+    so_far = json.loads((tmp_path / "so_far.json").read_text())
+    (process,) = so_far["processes"]
+    assert (process["ending"], process["steps"]) == ("running", STEPS)
+    assert [g["calls"] for g in so_far["hlo"]["graphs"]] == [STEPS, STEPS]
+    assert not [f for f in so_far["findings"] if f["kind"] == "process-ended"]
+    final = json.loads((tmp_path / "final.json").read_text())
+    assert final["processes"][0]["ending"] == "exited"
+    assert [g["calls"] for g in final["hlo"]["graphs"]] == [STEPS, STEPS]

@@ -154,18 +154,24 @@ def read_log(path: str | os.PathLike[str], *, sums: bool = True) -> LogContents:
     left its latest sums there). Never raises for what the files hold; ``OSError`` if the log
     cannot be opened."""
     contents = LogContents(events=[])
-    _read_into(contents, Path(path))
     extra = sums_path(path)
-    if sums and extra.is_file():
+    # the sums first: a process that ends now appends its final sums to the log and then removes
+    # them, so a log read after its sums holds the final ones if the sums were already gone
+    running = None
+    if sums:
         try:
-            _read_into(contents, extra)
-        except OSError as error:  # removed between the check and the read: the process ended normally
+            running = extra.read_bytes()
+        except FileNotFoundError:
+            pass
+        except OSError as error:
             contents.warnings.append(f"{extra}: not read ({error.strerror or error})")
+    _read_into(contents, Path(path), Path(path).read_bytes())
+    if running is not None:
+        _read_into(contents, extra, running)
     return contents
 
 
-def _read_into(contents: LogContents, path: Path) -> None:
-    data = path.read_bytes()
+def _read_into(contents: LogContents, path: Path, data: bytes) -> None:
     pieces = data.split(b"\n")
     unterminated = not data.endswith(b"\n")
     warned_schema = False
