@@ -279,8 +279,11 @@ def test_four_ranks_one_killed_the_others_complete_and_the_report_says_who_stopp
     # its data up to its death: its graphs, their calls, and what its --pod capture recorded
     assert [g["calls"] for g in report["hlo"]["graphs"] if g["pid"] == dead["pid"]] == [DIES_AFTER, DIES_AFTER]
     assert sum(g["pid"] == dead["pid"] for g in report["dynamo"]["graphs"]) == 2
-    # torch_xla's own record of the executions (its debug file, read after the rank's death)
-    for rank, steps in ((2, DIES_AFTER), (0, RANK_STEPS)):
+    # torch_xla's own record of the executions (its debug file, read after the rank's death), where the
+    # capture that a multi-process run gets runs (torch_xla 2.9 and later)
+    from xlabridge.diagnostics._observe import pod
+
+    for rank, steps in ((2, DIES_AFTER), (0, RANK_STEPS)) if pod.unsupported() is None else ():
         executed = [g["executions"] for g in report["pod"]["graphs"]
                     if g["process"] == f"rank {rank}" and g["origin"] == "dynamo"]
         assert executed == [steps, steps], (rank, executed)

@@ -84,8 +84,10 @@ class Recorder:
         if self._writer is not None:
             try:
                 self._writer.write(event)
-            except (OSError, TypeError, ValueError) as error:  # a full disk must not stop the user's run
+            except OSError as error:  # a full disk must not stop the user's run
                 self._stream_failed(error)
+            except (TypeError, ValueError) as error:  # a value JSON cannot hold: that event only is not written
+                warn("diagnostics", f"writing a {event.type.value} event to the log", error)
 
     def _stream_failed(self, error: BaseException) -> None:
         """Writing as events come failed: the log is written whole at the end instead (what a

@@ -239,7 +239,7 @@ def _timeline(timeline: Timeline) -> str:
             out.append(f'<g class="span" data-kind="{html.escape(lane.kind)}" data-calls="{span.calls}">'
                        f'<title>{html.escape(tooltip)}</title>'
                        f'<rect x="{x:.2f}" y="{y:.1f}" width="{width:.2f}" height="{_LANE:.0f}" fill="{lane.colour}"{opacity}/>')
-            if span.calls > 1:
+            if span.calls > 1 and stretch is None:  # a long run's many summed spans say their counts on hover
                 out.append(f'<text class="calls" x="{x + width + 2:.1f}" y="{y + _LANE - 5:.1f}">'
                            f"×{span.calls}</text>")
             out.append("</g>")
