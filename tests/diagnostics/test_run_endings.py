@@ -290,7 +290,7 @@ def test_four_ranks_one_killed_the_others_complete_and_the_report_says_who_stopp
     # which rank stopped when: the processes section and a finding; no divergence past its death
     assert report["pod"]["divergences"] == []
     (finding,) = [f for f in report["findings"] if f["kind"] == "process-ended"]
-    assert finding["message"].startswith(f"rank 2 ended by SIGKILL (exit status 137)")
+    assert finding["message"].startswith("rank 2 ended by SIGKILL (exit status 137)")
     assert f"after {DIES_AFTER} step(s)" in finding["message"] and "went on further" in finding["message"]
     section = done.stdout[done.stdout.index("Processes:"):]
     assert re.search(r"rank 2 \(pid \d+\)\s+killed\s+2 ", section), section[:2000]

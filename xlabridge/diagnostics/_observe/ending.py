@@ -193,6 +193,30 @@ def exit_exception() -> tuple[str, list[ev.Frame]]:
     return text[:500], frames
 
 
+def _forget_in_child() -> None:
+    """A child made by ``fork`` (a DataLoader's worker) is not the observed process: its signals go
+    back to what it had, and it must not write into the wakeup pipe it shares with its parent (the
+    parent would take the child's SIGTERM for its own)."""
+    try:
+        for signum, prior in list(_PRIOR.items()):
+            if signal.getsignal(signum) is _on_signal:
+                signal.signal(signum, prior)
+        if _WAKEUP:
+            current = signal.set_wakeup_fd(-1)
+            if current != _WAKEUP[1]:
+                signal.set_wakeup_fd(current)  # the program's own: left as it is
+            for fd in _WAKEUP:
+                os.close(fd)
+    except (OSError, ValueError):
+        logger.debug("resetting the signals of a forked child failed", exc_info=True)
+    _PRIOR.clear()
+    _WAKEUP.clear()
+    _ON_TERMINATE.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def uninstall() -> None:
     """Give the signals back to what the process had (observation ended normally)."""
     if threading.current_thread() is not threading.main_thread():
