@@ -10,11 +10,19 @@ import os
 import sys
 
 
+_HELPERS = (os.path.join("torch", "_inductor", "compile_worker", ""),)
+"""Programs torch starts for itself (inductor's compile workers, which outlive a parent killed by a
+signal): not the user's, not observed."""
+
+
 def _start_collecting() -> None:
     from xlabridge import _env
 
     directory = _env.get(_env.REPORT_DIR)
     if not directory:
+        return
+    program = sys.argv[0] if sys.argv else ""
+    if any(helper in program for helper in _HELPERS):
         return
     try:
         from xlabridge.diagnostics._observe import pod as _pod, process as _process
