@@ -189,40 +189,54 @@ def is_collective(frame: ev.Frame) -> bool:
 
 
 def stall_findings(events: Sequence[ev.Event], rule: UserCodeRule, graph_index: dict[int, int]) -> list[Finding]:
-    """One finding per stall: how long no step made progress, where the main thread was (at the
-    stall's latest report: a hang's place now), doing what."""
-    latest: dict[float, ev.Stall] = {}
+    """One finding per stall: how long no step made progress, where the main thread was, doing what.
+
+    A stall is reported again while it lasts: one that ended is placed where it was first seen (what
+    held the step up), one that did not (a hang, to the process's end) where it was seen last."""
+    reports: dict[float, list[ev.Stall]] = {}
     for stall in (e for e in events if isinstance(e, ev.Stall)):
-        if stall.since not in latest or stall.t >= latest[stall.since].t:
-            latest[stall.since] = stall
-    if not latest:
+        reports.setdefault(stall.since, []).append(stall)
+    if not reports:
         return []
     ends = {e.since: e.t for e in events if isinstance(e, ev.StallEnd)}
     fx = FxLines(events)
     has_end = any(isinstance(e, ev.ProcessEnd) for e in events)
     last = last_t(events)
     found = []
-    for stall in latest.values():
-        main = next((t for t in stall.threads if t.main), stall.threads[0] if stall.threads else None)
-        frames = fx.expand(main.frames) if main is not None else []
-        place = rule.innermost(frames)
-        resumed = ends.get(stall.since)
-        until = resumed if resumed is not None else max(last, stall.t)
-        seconds = until - stall.since
-        doing = _doing(stall, main, frames, graph_index)
+    for since, seen in reports.items():
+        seen.sort(key=lambda e: e.t)
+        resumed = ends.get(since)
+        stall, other = (seen[0], seen[-1]) if resumed is not None else (seen[-1], seen[0])
+        main, frames, place = _main_place(stall, fx, rule)
+        until = resumed if resumed is not None else max(last, seen[-1].t)
+        seconds = until - since
         after = ("then the step went on" if resumed is not None
                  else "until the process ended" if has_end else "until its last event (it ended or was read then)")
+        also = ""
+        if other is not stall:
+            _, _, elsewhere = _main_place(other, fx, rule)
+            if elsewhere != place:
+                also = (f" ({'later' if other.t > stall.t else 'first'} seen at "
+                        f"{elsewhere.filename}:{elsewhere.lineno} ({elsewhere.function}))")
         where = f"{place.filename}:{place.lineno} ({place.function})" if place is not UNKNOWN else "an unknown line"
         collective = any(is_collective(f) for f in frames)
         found.append(Finding(
             "stall",
             f"no step made progress for {seconds:.1f} s (stall after {stall.after:g} s), {after}: the main thread "
-            f"was at {where}{doing}",
+            f"was at {where}{also}{_doing(stall, main, frames, graph_index)}",
             cost_seconds=seconds, cost="seconds without progress", count=1,
             category="collective" if collective else (stall.activities[-1].kind.value if stall.activities else "python"),
             filename=place.filename, lineno=place.lineno, function=place.function, pid=stall.pid,
         ))
     return found
+
+
+def _main_place(stall: ev.Stall, fx: FxLines, rule: UserCodeRule) -> tuple[ev.ThreadStack | None, list[ev.Frame],
+                                                                             ev.Frame]:
+    """The stall's main thread, its frames (generated code mapped back) and their innermost user frame."""
+    main = next((t for t in stall.threads if t.main), stall.threads[0] if stall.threads else None)
+    frames = fx.expand(main.frames) if main is not None else []
+    return main, frames, rule.innermost(frames)
 
 
 _NESTING = (ev.ActivityKind.DYNAMO_COMPILE, ev.ActivityKind.EXTRACTION, ev.ActivityKind.GRAPH_CALL,
