@@ -38,6 +38,10 @@ AUTOCAST_BUILD_DIR = "XLABRIDGE_AUTOCAST_BUILD_DIR"
 """Where the autocast C++ extension is built and cached."""
 
 # other projects'
+TORCH_TRACE = "TORCH_TRACE"
+"""torch's structured trace: the directory each process writes its log into (read when torch is
+imported). ``xlabridge report --trace-dir`` reads such a directory; a run observed by xlabridge with it
+set also writes xlabridge's rows into it; the probe self-test's child runs without it."""
 PJRT_DEVICE = "PJRT_DEVICE"
 """torch_xla's device type (``CPU``, ``TPU``, ``CUDA``)."""
 TPU_ACCELERATOR_TYPE = "TPU_ACCELERATOR_TYPE"

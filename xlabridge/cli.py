@@ -27,6 +27,11 @@
       also while the run goes on (the report so far); with ``--tpu``, compile the graphs whose HLO
       was kept (``--capture-hlo``) for that TPU.
 
+  xlabridge report --trace-dir DIR [--tpu TOPOLOGY] [--json FILE] [--html FILE] [--trace FILE]
+      build the report from torch's structured trace: the ``TORCH_TRACE=DIR`` directory of a run that
+      xlabridge did not observe (one log per process, ranks merged); with ``--tpu``, compile the
+      StableHLO TorchTPU wrote into it for that TPU.
+
   xlabridge compare [--steps N] [--warmup N] [--backend B] [--json FILE] FILE.py[:FUNCTION]
       run one step lazily and compiled, side by side: FUNCTION (default ``make_step``) in
       FILE.py returns ``(step, args)`` or ``(step, args, kwargs)`` with XLA tensors.
@@ -171,6 +176,18 @@ def _report(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    if args.trace_dir:
+        if command or args.read:
+            raise SystemExit("xlabridge report: give one of --trace-dir DIR, --read DIR or a command after '--'")
+        directory = Path(args.trace_dir)
+        if not directory.is_dir():
+            raise SystemExit(f"xlabridge report: --trace-dir {str(directory)!r} is not a directory (TORCH_TRACE's)")
+        from xlabridge.diagnostics import read_trace
+
+        tpu = _check_tpu(args.tpu)
+        _write_outputs(read_trace(directory, tpu=tpu, progress=lambda line: print(f"xlabridge: {line}", file=sys.stderr)),
+                       args)
+        return 0
     if args.read:
         if command:
             raise SystemExit("xlabridge report: give either --read DIR or a command after '--', not both")
@@ -216,6 +233,11 @@ def _report(args: argparse.Namespace) -> int:
         if not recorded:
             report.warnings.append(f"the command (pid {child.pid}) is not a Python process xlabridge observed; "
                                    f"it exited with status {status}")
+    if env.get(_env.TORCH_TRACE):
+        from xlabridge.diagnostics import _trace_artifacts
+
+        # the merged report's rows beside each process's own records in torch's trace (tlparse shows them)
+        _trace_artifacts.append(env[_env.TORCH_TRACE], report)
     _write_outputs(report, args)
     if args.events:
         print(f"xlabridge: event logs kept in {args.events} (xlabridge report --read {args.events})")
@@ -286,6 +308,10 @@ def _parser() -> argparse.ArgumentParser:
         help="capture every XLA graph (lazy ones too), their collectives and per-process differences",
     )
     report.add_argument("--read", metavar="DIR", help="rebuild the report from the event logs in DIR, run nothing")
+    report.add_argument(
+        "--trace-dir", metavar="DIR",
+        help="build the report from torch's structured trace in DIR (a run with TORCH_TRACE=DIR), run nothing",
+    )
     report.add_argument(
         "--tpu", metavar="TOPOLOGY",
         help="after the run, compile each XLA graph for this TPU (e.g. v5e:2x2) with libtpu on this machine: "

@@ -10,6 +10,7 @@ __all__ = [
     "TpuCompileError",
     "TpuWorkerError",
     "UnknownTopologyError",
+    "UpstreamChangedError",
     "XlabridgeError",
 ]
 
@@ -20,6 +21,14 @@ class XlabridgeError(Exception):
 
 class MissingDependencyError(XlabridgeError, ImportError):
     """An optional dependency (torch_xla, Triton, JAX, a C++ compiler) is needed but absent."""
+
+
+class UpstreamChangedError(XlabridgeError, AttributeError):
+    """A private torch, torch_xla, torch_tpu or JAX name that xlabridge reaches (``xlabridge._upstream``)
+    is missing from the installed release; the message names it, the release and the releases checked.
+
+    An ``AttributeError``, as the missing name itself would have raised, so code that tolerates a
+    vanished surface (the diagnostics' probes) keeps doing so."""
 
 
 class DeviceMismatchError(XlabridgeError, ValueError):

@@ -234,7 +234,8 @@ def test_compile_rejects_a_non_callable_and_another_backend():
 
 
 # The forward-only path gives openxla's transfers, executions and RNG stream, not only its
-# outputs (issue 12's repros), each measured with torch_xla's own metrics for both backends.
+# outputs (graphs whose CPU constructors torch_xla moves to the device only in aten graphs),
+# each measured with torch_xla's own metrics for both backends.
 
 
 def _adds_arange(x: torch.Tensor) -> torch.Tensor:

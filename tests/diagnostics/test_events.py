@@ -26,6 +26,10 @@ ONE_OF_EACH: list[ev.Event] = [
     ev.GraphCaptured(**STAMP, compile_id="0/0", backend="openxla", op_count=3, ends_in_break=True, frames=[FRAME]),
     ev.GraphBreak(**STAMP, compile_id="0/0", reason="Failed to trace builtin operator\n  Explanation: ...",
                   frames=[FRAME]),
+    ev.TorchBreak(**STAMP, compile_id="0/0", text="Graph break in user code at /home/u/train.py:3\nGraph Break "
+                  "Reason: Failed to trace builtin operator\n  Explanation: ...\nUser code traceback:\n"),
+    ev.TraceRead(**STAMP, file="/tmp/t/dedicated_log_torch_trace_x.log", records=12, skipped=1,
+                 failures=["0/0: Unsupported: ..."], eager_batches=2),
     ev.Recompile(**STAMP, compile_id="0/1", reason="0/0: tensor 'x' size mismatch", code=FRAME),
     ev.CompilePath(**STAMP, compile_id="0/0", target="xla", path="forward-only", reason="no grad mode", cpu_only=True),
     ev.BridgeGraph(**STAMP, graph=0, compile_id="0/0", role="forward", fx_ops=5, input_devices=["xla"]),

@@ -1,4 +1,4 @@
-"""``xlabridge report --pod`` keeps the user's own XLA dump (issue 20).
+"""``xlabridge report --pod`` keeps the user's own XLA dump: what users ask XLA for is theirs.
 
 A user who runs ``XLA_FLAGS="--xla_dump_to=D ..." xlabridge report --pod -- python train.py``
 finds in D what XLA writes there without xlabridge, and the pod report is the one a run without

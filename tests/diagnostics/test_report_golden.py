@@ -1,11 +1,11 @@
 """The report built from a kept run of the bundled demo equals the JSON xlabridge made of the same
-event logs before the diagnostics were reorganised (issue 21: no behaviour change).
+event logs before the diagnostics were reorganised: a reorganisation changes no behaviour.
 
 ``data/demo_run`` holds the event logs of ``xlabridge report --tpu v5e:2x2 --events DIR -- python
 -m xlabridge.examples.demo`` (the process's log and the TPU view's), and the JSON report that
-``xlabridge report --read DIR`` wrote from them at commit ebefcba, before the change. A report
-is a function of its events, so the two must be equal field for field, times included, apart
-from what later issues added on purpose: the report of issue 18 (schema /4) adds fields, findings
+``xlabridge report --read DIR`` wrote from them before the change (the file is named after the
+commit that wrote it). A report is a function of its events, so the two must be equal field for
+field, times included, apart from what was added on purpose since: schema /4 adds fields, findings
 and shares of the time split, so the old report must be contained in the new one: every old field
 equal, every old finding still there, and the old "other" share split into the new shares.
 """
@@ -56,7 +56,7 @@ _PLACE = ("filename", "lineno", "function")
 
 def _projected(new, old):
     """``new`` cut down to the keys ``old`` has (recursively): what the old report knew of it. A row
-    the old report could not place (``<unknown>``) may have a line now (issue 18 placed them)."""
+    the old report could not place (``<unknown>``) may have a line now (schema /4 places them)."""
     if isinstance(old, dict) and isinstance(new, dict):
         projected = {key: _projected(new.get(key), value) for key, value in old.items()}
         if old.get("filename") == "<unknown>" and new.get("lineno", 0) > 0:

@@ -1,4 +1,4 @@
-"""The views of issue 18 on a demo-shaped report (``demo_like``): the ranked summary first, the
+"""The views on a demo-shaped report (``demo_like``): the ranked summary first, the
 time split with every share, the timeline (text strips and HTML SVG), the recompiles by cause,
 FX graph pictures collapsed by place.
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tests.mx._reference import _TABLE
+from tests.mx._reference import _TABLE, E2M1_TABLE
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 ROUNDINGS = ("floor", "rceil")
@@ -16,7 +16,12 @@ ROUNDINGS = ("floor", "rceil")
 _EXPONENT_RANGE = {torch.float32: (-149, 127), torch.bfloat16: (-133, 127), torch.float16: (-24, 15)}
 
 
-def _special_block(kind: int, rng: np.random.Generator, bs: int, dtype: torch.dtype) -> np.ndarray:
+# each element format's non-negative values and the power of two its floor scale divides by
+_ELEMENTS = {"e4m3": (_TABLE, 256.0), "e2m1": (E2M1_TABLE, 4.0)}
+
+
+def _special_block(kind: int, rng: np.random.Generator, bs: int, dtype: torch.dtype, elem: str = "e4m3") -> np.ndarray:
+    table, top_power = _ELEMENTS[elem]
     lo, hi = _EXPONENT_RANGE[dtype]
     finfo = torch.finfo(dtype)
     block = rng.standard_normal(bs) * 2.0 ** rng.integers(lo + 30, hi - 2)
@@ -33,14 +38,14 @@ def _special_block(kind: int, rng: np.random.Generator, bs: int, dtype: torch.dt
         block[0] = float(finfo.smallest_normal) * rng.integers(1, 4)
     elif kind == 5:  # the dtype's largest values: saturation, largest scales
         block = np.sign(rng.standard_normal(bs)) * float(finfo.max) * rng.uniform(0.3, 1.0, bs)
-    elif kind == 6:  # exact ties between float8 neighbours under a power-of-two scale
+    elif kind == 6:  # exact ties between element neighbours under a power-of-two scale
         e = int(rng.integers(max(lo + 20, -100), min(hi - 10, 100)))
-        i = rng.integers(0, len(_TABLE) - 1, bs)
-        block = (_TABLE[i] + _TABLE[i + 1]) / 2 * 2.0**e * np.where(rng.random(bs) < 0.5, -1, 1)
-        block[0] = 256.0 * 2.0**e  # fixes the floor scale at 2**e
-    elif kind == 7:  # amax at and around 448 * 2**k: the rceil rounding boundary
+        i = rng.integers(0, len(table) - 1, bs)
+        block = (table[i] + table[i + 1]) / 2 * 2.0**e * np.where(rng.random(bs) < 0.5, -1, 1)
+        block[0] = top_power * 2.0**e  # fixes the floor scale at 2**e
+    elif kind == 7:  # amax at and around max * 2**k: the rceil rounding boundary
         k = int(rng.integers(max(lo + 20, -100), min(hi - 10, 100)))
-        block[0] = 448.0 * 2.0**k * (1 + rng.choice([0.0, 2.0**-10, -(2.0**-10), 2.0**-7]))
+        block[0] = table[-1] * 2.0**k * (1 + rng.choice([0.0, 2.0**-10, -(2.0**-10), 2.0**-7]))
         block[1:] = block[0] * rng.uniform(-1, 1, bs - 1)
     elif kind == 8:  # exact powers of two and values just under them
         e = rng.integers(lo + 30, hi - 2, bs)
@@ -48,8 +53,10 @@ def _special_block(kind: int, rng: np.random.Generator, bs: int, dtype: torch.dt
     return block
 
 
-def make_input(shape: tuple[int, ...], dtype: torch.dtype, seed: int, block_size: int = 32, special_fraction: float = 0.4) -> torch.Tensor:
-    """A CPU tensor of ``shape`` and ``dtype``; a ``special_fraction`` of its blocks are special."""
+def make_input(shape: tuple[int, ...], dtype: torch.dtype, seed: int, block_size: int = 32, special_fraction: float = 0.4,
+               elem: str = "e4m3") -> torch.Tensor:
+    """A CPU tensor of ``shape`` and ``dtype``; a ``special_fraction`` of its blocks are special
+    (ties and rceil boundaries of element format ``elem``: ``"e4m3"`` or ``"e2m1"``)."""
     rng = np.random.default_rng(seed)
     lo, hi = _EXPONENT_RANGE[dtype]
     n_blocks = int(np.prod(shape)) // block_size
@@ -57,6 +64,6 @@ def make_input(shape: tuple[int, ...], dtype: torch.dtype, seed: int, block_size
     spread = rng.integers(-12, 1, (n_blocks, block_size))
     values = rng.standard_normal((n_blocks, block_size)) * 2.0 ** (block_exp + spread)
     for b in np.nonzero(rng.random(n_blocks) < special_fraction)[0]:
-        values[b] = _special_block(int(rng.integers(0, 9)), rng, block_size, dtype)
+        values[b] = _special_block(int(rng.integers(0, 9)), rng, block_size, dtype, elem)
     with np.errstate(over="ignore"):
         return torch.from_numpy(values.reshape(shape)).to(dtype)

@@ -1,4 +1,5 @@
-"""An independent NumPy model of the MXFP8 cast, written from the OCP MX v1.0 spec.
+"""An independent NumPy model of the MXFP8 and MXFP4 casts, written from the OCP MX v1.0 spec
+(MXFP4 at the end of this module).
 
 Nothing here comes from xlabridge.mx: the float8_e4m3fn value table is decoded from the bit
 layout (OFP8: 1 sign, 4 exponent bits with bias 7, 3 mantissa bits, S.1111.111 = NaN, no Inf),
@@ -104,3 +105,99 @@ def dequantize_reference(data: np.ndarray, scale: np.ndarray, block_size: int, f
     if ftz:
         result = np.where(np.abs(result) < F32_TINY, np.copysign(0.0, result), result)
     return result.reshape(data.shape)
+
+
+# ----------------------------------------------------------------------------- MXFP4
+#
+# E2M1 (spec section 5.3.3): 1 sign bit, 2 exponent bits with bias 1, 1 mantissa bit, no Inf or
+# NaN. Scale rules as for MXFP8 with emax_elem = 2 (floor) and max 6 (rceil: amax / 6, the exact
+# quotient rounded once to float32, then up to a power of two). A block holding a NaN or an
+# infinity: scale byte 0xFF and every data nibble 0 (xlabridge's documented choice). Packing: two
+# elements per byte along the last dimension, element 2i in the low nibble (gpt-oss checkpoints).
+
+
+def _e2m1_table() -> np.ndarray:
+    """Values of the non-negative codes 0..7, decoded from the bit layout, ascending."""
+    values = []
+    for code in range(8):
+        exponent, mantissa = code >> 1, code & 1
+        values.append(mantissa / 2 if exponent == 0 else (1 + mantissa / 2) * 2.0 ** (exponent - 1))
+    return np.array(values)
+
+
+E2M1_TABLE = _e2m1_table()
+E2M1_MAX = E2M1_TABLE[-1]  # 6
+
+
+def e2m1_codes(q: np.ndarray) -> np.ndarray:
+    """4-bit codes (uint8, sign in bit 3) of finite float64 ``q``: nearest, ties to the even code,
+    saturating at 6; the sign is kept, zeros included."""
+    mag = np.minimum(np.abs(q), E2M1_MAX)
+    distance = np.abs(mag[..., None] - E2M1_TABLE)
+    nearest = distance.min(axis=-1, keepdims=True)
+    candidates = distance == nearest  # one code, or two neighbours at a tie
+    first = np.argmax(candidates, axis=-1)
+    tie = candidates.sum(axis=-1) > 1
+    code = np.where(tie & (first % 2 == 1), first + 1, first)  # of two neighbours, the even code
+    return (code | np.where(np.signbit(q), 8, 0)).astype(np.uint8)
+
+
+def _fp4_floor_exponent(amax: float) -> int:
+    if amax < F32_TINY:
+        return -127
+    mantissa, exponent = math.frexp(amax)
+    return exponent - 1 - 2
+
+
+def _fp4_rceil_exponent(amax: float, ftz: bool) -> int:
+    descale = float(np.float32(amax / 6.0))  # the exact quotient, rounded once to float32
+    if descale == 0.0 or (ftz and descale < F32_TINY):
+        return -127
+    mantissa, exponent = math.frexp(descale)
+    return exponent - 1 if mantissa == 0.5 else exponent
+
+
+def pack_nibbles(codes: np.ndarray) -> np.ndarray:
+    """Bytes of 4-bit ``codes`` along the last dimension: element 2i low, 2i+1 high."""
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+
+
+def unpack_nibbles(data: np.ndarray) -> np.ndarray:
+    out = np.empty(data.shape[:-1] + (2 * data.shape[-1],), dtype=np.uint8)
+    out[..., 0::2], out[..., 1::2] = data & 0xF, data >> 4
+    return out
+
+
+def mxfp4_reference(x: np.ndarray, block_size: int, rounding: str, ftz: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(packed_bytes [..., K/2], scale_bytes [..., K/block_size])`` of float64 array ``x``."""
+    shape = x.shape
+    blocks = x.reshape(-1, block_size)
+    codes = np.empty(blocks.shape, dtype=np.uint8)
+    scale = np.empty(blocks.shape[0], dtype=np.uint8)
+    for i, block in enumerate(blocks):
+        if not np.all(np.isfinite(block)):
+            scale[i], codes[i] = 0xFF, 0
+            continue
+        values = np.where(np.abs(block) < F32_TINY, np.copysign(0.0, block), block) if ftz else block
+        amax = float(np.max(np.abs(block)))
+        e = _fp4_floor_exponent(amax) if rounding == "floor" else _fp4_rceil_exponent(amax, ftz)
+        e = min(max(e, -127), 127)
+        scale[i] = e + 127
+        codes[i] = e2m1_codes(values / 2.0**e)
+    return pack_nibbles(codes.reshape(shape)), scale.reshape(shape[:-1] + (shape[-1] // block_size,))
+
+
+def e2m1_values(codes: np.ndarray) -> np.ndarray:
+    mag = E2M1_TABLE[codes & 7]
+    return np.where(codes & 8, -mag, mag)
+
+
+def dequantize_fp4_reference(data: np.ndarray, scale: np.ndarray, block_size: int, ftz: bool = False) -> np.ndarray:
+    """float64 values ``[..., K]`` of packed bytes ``data`` under ``scale``; NaN for scale 0xFF."""
+    values = e2m1_values(unpack_nibbles(np.asarray(data, dtype=np.uint8))).reshape(-1, block_size)
+    exps = np.asarray(scale).reshape(-1).astype(np.float64)
+    factor = np.where(exps == 0xFF, np.nan, 2.0 ** (exps - 127))
+    result = values * factor[:, None]
+    if ftz:
+        result = np.where(np.abs(result) < F32_TINY, np.copysign(0.0, result), result)
+    return result.reshape(data.shape[:-1] + (2 * data.shape[-1],))

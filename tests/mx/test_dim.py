@@ -264,8 +264,8 @@ def test_mosaic_shapes_it_does_not_take():
 # ------------------------------------------------------------------ compiled for TPU by libtpu
 
 MB = 1 << 20
-# (rows, K) bf16 shapes of 1 MB to 1 GB whose scales have at least 128 lanes both ways (see the
-# README: narrower scales get a relayout copy from XLA's choice of the program's result layout)
+# (rows, K) bf16 shapes of 1 MB to 1 GB whose scales have at least 128 lanes both ways (see
+# docs/guides/mxfp8.md: narrower scales get a relayout copy from XLA's choice of result layout)
 COLS_SHAPES = {1: (4096, 128), 64: (4096, 8192), 256: (16384, 8192), 1024: (65536, 8192)}
 BOTH_SHAPES = {32: (4096, 4096), 64: (4096, 8192), 256: (16384, 8192), 1024: (65536, 8192)}
 

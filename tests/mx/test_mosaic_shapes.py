@@ -80,7 +80,7 @@ def compiler():
         yield session
 
 
-def test_sweep_covers_what_the_issue_asks():
+def test_sweep_covers_every_rank_size_generation_dtype_and_rounding():
     assert len(SHAPES) >= 40 and len(set(SHAPES)) == len(SHAPES)
     assert {len(s) for s in SHAPES} == {1, 2, 3, 4}
     assert min(s[-1] for s in SHAPES) == 32 and max(s[-1] for s in SHAPES) == 16384

@@ -1,7 +1,7 @@
 """The TorchTPU suite (make test-torchtpu): needs torch_tpu (requirements/torchtpu.txt), and no TPU.
 
 Everything here runs on a machine without a TPU; what needs one is asserted to fail the way
-docs/torchtpu.md records, or skipped with the reason.
+docs/guides/torchtpu.md records, or skipped with the reason.
 """
 
 REASON = "needs torch_tpu: make test-torchtpu (requirements/torchtpu.txt)"

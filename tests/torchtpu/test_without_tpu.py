@@ -1,4 +1,4 @@
-"""What of TorchTPU runs on a machine without a TPU, and how what needs one fails (docs/torchtpu.md)."""
+"""What of TorchTPU runs on a machine without a TPU, and how what needs one fails (docs/guides/torchtpu.md)."""
 
 import os
 import subprocess

@@ -106,3 +106,42 @@ def test_install_before_torch_xla_waits_for_it_and_leaves_its_einsum_alone() -> 
     assert state["ours"] == {}
     assert state["overriding_warnings"] == []
     assert "torch_xla/csrc/autocast_mode.cpp" in state["einsum_kernel"]
+
+
+ORDER_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    first = sys.argv[1]
+    if first == "xlabridge":
+        import xlabridge
+        from xlabridge._upstream import imports as hook
+        waiting = hook.pending("torch_xla")
+        import torch_xla
+    else:
+        import torch_xla
+        import xlabridge
+        from xlabridge._upstream import imports as hook
+        waiting = None
+    from xlabridge.autocast import _probe
+    print(json.dumps({"waiting": waiting, "pending_after": hook.pending("torch_xla"),
+                      "einsum": _probe.has_kernel("aten::einsum", "AutocastXLA"),
+                      "autocast_loaded": "xlabridge.autocast._registration" in sys.modules}))
+    """
+)
+
+
+@requires_xla
+def test_einsum_joins_xla_autocast_whether_torch_xla_comes_before_or_after_xlabridge() -> None:
+    """``import xlabridge`` imports no torch; einsum still gets its AutocastXLA kernel (torch_xla's
+    own where it has one), whichever of the two is imported first."""
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "PYTHONPATH": str(REPO)}
+    for first in ("xlabridge", "torch_xla"):
+        done = subprocess.run([sys.executable, "-c", ORDER_SCRIPT, first], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        state = json.loads(done.stdout.strip().splitlines()[-1])
+        assert state["einsum"] is True, first
+        assert state["autocast_loaded"] is True, first  # the registration step ran
+        assert state["pending_after"] is False, first
+        if first == "xlabridge":
+            assert state["waiting"] is True

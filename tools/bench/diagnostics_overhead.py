@@ -11,7 +11,7 @@ from the other's in-memory XLA compilation cache), alternating, ``--repeats`` ti
     ``torch_xla.sync()`` and a wait for the device.
 Prints ratios against openxla measured in the same run; targets: steady-state overhead at most
 2%, first call at most 10% more. Steady step times of small models on a shared 2-core machine
-vary by up to 20% from process to process, so the steady-state ratio that counts is measured
+vary from process to process by more than those targets, so the steady-state ratio that counts is measured
 *paired*: one process trains two identical copies of the model, one compiled with openxla
 outside any observation and one with xlabridge inside ``diagnose()``, alternating their steps,
 and the ratio of their medians is taken; an A/A control (two plain openxla copies, paired the

@@ -5,7 +5,8 @@ Pallas kernel), and a plain device copy of the input as the bandwidth ceiling, f
 1 MB to 1 GB. Where torchao runs, the bytes of its cast and xlabridge's are compared block by
 block on seeded inputs with special values, and each is checked against the NumPy spec model.
 
-    PYTHONPATH=. python3 tools/bench/mx_cast.py --out results.json
+    PYTHONPATH=. python3 tools/bench/mx_cast.py               # writes tools/bench/results/mx_cast.json
+    PYTHONPATH=. python3 tools/bench/mx_cast.py --cols-only   # writes tools/bench/results/mx_cast_cols.json
 
 GB/s counts the bytes a kernel must move: the cast reads the input and writes the float8 data
 and the scale bytes; the copy reads and writes the input. Every timed callable runs over enough
@@ -556,7 +557,7 @@ def jax_side(args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="mx_cast.json")
+    parser.add_argument("--out", help="default: tools/bench/results/mx_cast.json (mx_cast_cols.json with --cols-only)")
     parser.add_argument("--flags", help="XLA:GPU flags to probe the plain-op strategies with at 256 MB: comma-separated "
                         "names, or 'discover' for every fusion-related flag the installed jaxlib names (default: none)")
     parser.add_argument("--skip-jax", action="store_true")
@@ -565,6 +566,7 @@ def main() -> None:
     parser.add_argument("--cols-only", action="store_true", help="time only the dim1 and both-layouts casts")
     parser.add_argument("--probe", nargs=3, metavar=("SIZE_MB", "VARIANTS", "REPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "mx_cast_cols.json" if args.cols_only else "mx_cast.json")
     if args.probe:
         print(json.dumps(jax_probe(int(args.probe[0]), args.probe[1].split(","), int(args.probe[2]))))
         return

@@ -3,8 +3,7 @@ bytes and the cost model's estimate of xlabridge's plain formulation (``two_pass
 through JAX) against the Mosaic kernel, each against the roofline, for bf16 inputs with K = 8192
 from 1 MB to 1 GB, per TPU generation.
 
-    flock /tmp/xlabridge-bench.lock nice -n 10 python tools/bench/mx_cast_tpu.py \\
-        --out tools/bench/results/mx_cast_tpu.json
+    flock /tmp/xlabridge-bench.lock nice -n 10 python tools/bench/mx_cast_tpu.py   # writes tools/bench/results/mx_cast_tpu.json
 
 Ideal bytes: the input read once, the float8 data and the scale bytes written once. Roofline:
 ideal bytes over the chip's HBM bandwidth (``xlabridge.tpu.CHIPS``). For the plain formulations
@@ -208,7 +207,7 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="mx_cast_tpu.json")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "mx_cast_tpu.json"))
     parser.add_argument("--generations", default=",".join(GENERATIONS))
     parser.add_argument("--sizes", default=",".join(map(str, SIZES_MB)), help="input sizes in MB")
     parser.add_argument("--no-static-schedule", action="store_true")

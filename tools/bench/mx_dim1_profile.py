@@ -3,7 +3,7 @@
 occupancy):
 
     ncu --clock-control none -k 'regex:mxfp8|vectorized_elementwise' --metrics ... \\
-        python3 tools/bench/mx_dim1_profile.py
+        python3 tools/bench/mx_dim1_profile.py > tools/bench/results/mx_dim1_profile.txt
 """
 import os
 import sys

@@ -3,10 +3,10 @@ variants of its kernel with parts removed (the block maximum and scaling, the sc
 tile loaded already transposed (DIRECT), and a persistent software-pipelined loop; each full variant
 checked byte for byte against xlabridge.mx.to_mxfp8(x, dim=0).
 
-    PYTHONPATH=. python3 tools/bench/mx_dim1_variants.py   # writes $OUT or /tmp/exp_dim1.json
+    PYTHONPATH=. python3 tools/bench/mx_dim1_variants.py   # writes tools/bench/results/mx_dim1_variants.json ($OUT/ if set)
 
-Run with the kernel of e2d7e17 (4 warps); results in
-tools/bench/results/mx_dim1_variants_h100.json.
+The variants copy the kernel's body with 4 warps per program, so the results file says where
+the time of that version went; rerun it after changing the kernel.
 """
 import json
 import os
@@ -120,5 +120,5 @@ for tr, tb, w in [(64, 128, 4), (32, 128, 4), (64, 64, 4)]:
             except Exception as e:  # noqa: BLE001 - recorded
                 out[name] = repr(e)[:200]
             print(name, out[name], flush=True)
-with open(os.environ.get("OUT", "/tmp") + "/exp_dim1.json", "w") as f:
+with open(os.path.join(os.environ.get("OUT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")), "mx_dim1_variants.json"), "w") as f:
     json.dump(out, f, indent=1)

@@ -13,8 +13,8 @@ a transformer training step (d=1024, 8 heads, 2 blocks, 4096 tokens) for v5e and
 torch_xla with the TPU lowering (``xlabridge.hlo.kernel_count``), bf16 and MX, and reports
 kernels, Mosaic custom calls and HBM per device.
 
-    PYTHONPATH=. python tools/bench/mx_linear_train.py --train --out train.json
-    PYTHONPATH=. python tools/bench/mx_linear_train.py --tpu --out tpu.json
+    PYTHONPATH=. python tools/bench/mx_linear_train.py --train   # writes tools/bench/results/mx_linear_train.json
+    PYTHONPATH=. python tools/bench/mx_linear_train.py --tpu     # writes tools/bench/results/mx_linear_train_tpu.json
 """
 
 from __future__ import annotations
@@ -29,6 +29,33 @@ import time
 sys.path.insert(0, os.getcwd())
 
 
+def _torchao_training(model, batches, bf16: list[float]) -> dict:
+    """The same training with torchao's own MXFP8 training where it runs: torchao 0.18 moved it from
+    ``mx_formats`` (``MXLinear``, 0.17) to ``moe_training`` (``MXFP8TrainingOpConfig`` through
+    ``quantize_``, its ``EMULATED`` kernels on GPUs without MXFP8 matmuls such as the H100); its loss
+    curve against bf16 as xlabridge's is measured. Older torchao: not run, said why."""
+    import torch
+
+    from tests.mx import _training
+
+    try:
+        import torchao
+        from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig
+        from torchao.quantization import quantize_
+        from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+    except ImportError as error:
+        return {"not_run": f"torchao's MXFP8 training (torchao.prototype.moe_training, 0.18) is not here: {error}"}
+    try:
+        quantize_(model, MXFP8TrainingOpConfig(kernel_preference=KernelPreference.EMULATED))
+        losses = _training.train(model, batches)
+    except Exception as error:  # noqa: BLE001 - recorded: torchao's own path on this GPU
+        return {"torchao": torchao.__version__, "not_run": f"{type(error).__name__}: {error}"[:500]}
+    rel = [abs(a - b) / a for a, b in zip(bf16, losses)]
+    return {"torchao": torchao.__version__, "config": "MXFP8TrainingOpConfig(kernel_preference=EMULATED)",
+            "loss": losses, "loss_curve_sqnr_db": _training.sqnr_db(torch.tensor(bf16), torch.tensor(losses)),
+            "max_step_relative_difference": max(rel), "final_loss": sum(losses[-20:]) / 20}
+
+
 def train_side(steps: int) -> dict:
     import torch
 
@@ -39,6 +66,7 @@ def train_side(steps: int) -> dict:
     torch.manual_seed(0)
     base = _training.TinyLM().to(device)
     mx_model = mx.MXLinear.swap(copy.deepcopy(base))
+    base_copy = copy.deepcopy(base)
     batches = [b.to(device) for b in _training.markov_batches(steps, seed=1)]
     started = time.perf_counter()
     bf16 = _training.train(base, batches)
@@ -58,6 +86,7 @@ def train_side(steps: int) -> dict:
         "max_step_relative_difference": max(rel),
         "mean_relative_difference_last_50": sum(rel[-50:]) / len(rel[-50:]),
         "final_loss": {"bf16": sum(bf16[-20:]) / 20, "mxfp8": sum(mxfp8[-20:]) / 20},
+        "torchao_training": _torchao_training(base_copy, batches, bf16),
     }
     # torchao's per-linear thresholds (test_linear_eager_vs_hp, mxfp8: y >= 18 dB, grad_w >= 18 dB,
     # grad_x >= 12 dB) on a [128, 256] -> 512 linear
@@ -154,12 +183,16 @@ def main() -> None:
     parser.add_argument("--train", action="store_true")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--tpu", action="store_true")
-    parser.add_argument("--out", default="mx_linear_train.json")
+    parser.add_argument("--out", help="default: tools/bench/results/mx_linear_train.json (_tpu.json with --tpu alone)")
     args = parser.parse_args()
+    args.out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "mx_linear_train_tpu.json" if args.tpu and not args.train else "mx_linear_train.json")
     results: dict = {"command": " ".join(sys.argv)}
     if args.train:
         results["train"] = train_side(args.steps)
     if args.tpu:
+        import importlib.metadata
+
+        results["libtpu"] = importlib.metadata.version("libtpu")
         results["tpu"] = tpu_side()
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)

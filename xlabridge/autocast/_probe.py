@@ -20,11 +20,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from xlabridge._upstream import torch as upstream_torch
 from xlabridge.autocast._ops import Policy
+
+if TYPE_CHECKING:
+    from xlabridge._upstream.torch import Argument, OpOverload
 
 # The device each Autocast key casts tensors of, as torch's is_autocast_eligible defines it.
 KEY_DEVICES = {"AutocastCUDA": "cuda", "AutocastCPU": "cpu", "AutocastXLA": "xla"}
@@ -35,7 +39,7 @@ PRIVATEUSE1_KEY = "AutocastPrivateUse1"
 def key_device(key: str) -> str:
     """The device type whose tensors the Autocast ``key`` casts."""
     if key == PRIVATEUSE1_KEY:
-        return torch._C._get_privateuse1_backend_name()
+        return upstream_torch.privateuse1_backend_name()
     return KEY_DEVICES[key]
 
 _CASTS = ("aten::to.dtype", "aten::_to_copy", "aten::to.dtype_layout", "aten::to.device")
@@ -61,7 +65,7 @@ class _Placeholder(torch.Tensor):
 
     @staticmethod
     def __new__(cls, dtype: torch.dtype, device: str) -> _Placeholder:
-        return torch.Tensor._make_wrapper_subclass(cls, (2, 2), dtype=dtype, device=device)
+        return upstream_torch.make_wrapper_subclass(cls, (2, 2), dtype=dtype, device=device)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
@@ -74,7 +78,7 @@ class _Placeholder(torch.Tensor):
         dtypes = [t.dtype for t in flat if isinstance(t, torch.Tensor) and t.dtype.is_floating_point]
         dtype_arg = kwargs.get("dtype")
         if dtype_arg is None:
-            names = [a.name for a in func._schema.arguments]
+            names = [a.name for a in upstream_torch.op_schema(func).arguments]
             if "dtype" in names and names.index("dtype") < len(args):
                 dtype_arg = args[names.index("dtype")]
         cls.recorded.append(_Inner(dtypes, dtype_arg if isinstance(dtype_arg, torch.dtype) else None))
@@ -92,18 +96,18 @@ def _flatten(value: Any) -> Iterator[Any]:
         yield value
 
 
-def _op_overload(qualified: str) -> torch._ops.OpOverload:
+def _op_overload(qualified: str) -> OpOverload:
     namespace, _, rest = qualified.partition("::")
     name, _, overload = rest.partition(".")
     return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
 
 
-def _is_dimname(arg: torch._C.Argument) -> bool:
+def _is_dimname(arg: Argument) -> bool:
     """Python's view of a schema spells ``Dimname`` as ``str``; in aten only dimension names are called "dim"."""
     return arg.name == "dim" and str(arg.type) in ("str", "List[str]")
 
 
-def _placeholder_value(arg: torch._C.Argument, make: Callable[[], _Placeholder], device: str) -> Any:
+def _placeholder_value(arg: Argument, make: Callable[[], _Placeholder], device: str) -> Any:
     """A value of ``arg``'s type: placeholders for tensors, small constants otherwise."""
     text = str(arg.type)
     if text == "List[Optional[Tensor]]":
@@ -125,7 +129,7 @@ def _placeholder_value(arg: torch._C.Argument, make: Callable[[], _Placeholder],
     return {"int": 1, "SymInt": 1, "float": 1.0, "number": 1.0, "bool": False, "str": "fro"}.get(text)
 
 
-def _call_kernel(op: torch._ops.OpOverload, key: str, dtypes: tuple[torch.dtype, ...]) -> _Inner | str:
+def _call_kernel(op: OpOverload, key: str, dtypes: tuple[torch.dtype, ...]) -> _Inner | str:
     """Run ``op``'s kernel for ``key`` on placeholders; the inner call it makes, or the error it raised.
 
     The first placeholder tensor gets ``dtypes[0]``, the next ``dtypes[1]`` and so on, the
@@ -140,7 +144,7 @@ def _call_kernel(op: torch._ops.OpOverload, key: str, dtypes: tuple[torch.dtype,
 
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    for arg in op._schema.arguments:
+    for arg in upstream_torch.op_schema(op).arguments:
         if arg.has_default_value():
             continue
         value = _placeholder_value(arg, make, device)
@@ -149,9 +153,9 @@ def _call_kernel(op: torch._ops.OpOverload, key: str, dtypes: tuple[torch.dtype,
         else:
             args.append(value)
     _Placeholder.recorded = []
-    keyset = torch._C.DispatchKeySet(torch._C._dispatch_key_parse(key))
+    keyset = upstream_torch.dispatch_key_set(key)
     try:
-        with torch._C._AutoDispatchBelowAutograd():
+        with upstream_torch.below_autograd():
             op.redispatch(keyset, *args, **kwargs)
     except _Stop:
         pass
@@ -162,9 +166,9 @@ def _call_kernel(op: torch._ops.OpOverload, key: str, dtypes: tuple[torch.dtype,
     return _Placeholder.recorded[0]
 
 
-def _count_tensors(op: torch._ops.OpOverload) -> int:
+def _count_tensors(op: OpOverload) -> int:
     count = 0
-    for arg in op._schema.arguments:
+    for arg in upstream_torch.op_schema(op).arguments:
         if arg.has_default_value():
             continue
         text = str(arg.type)
@@ -183,12 +187,12 @@ class Finding:
 
 def registered_ops(key: str) -> frozenset[str]:
     """Ops with a kernel of their own (fallthrough or not) for ``key``, as the dispatcher lists them."""
-    return frozenset(torch._C._dispatch_get_registrations_for_dispatch_key(key))
+    return frozenset(upstream_torch.dispatch_registrations(key))
 
 
 def has_kernel(op: str, key: str) -> bool:
     """Whether ``op`` has a kernel of its own for ``key`` (the check done before registering)."""
-    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op, key))
+    return bool(upstream_torch.dispatch_has_kernel(op, key))
 
 
 def probe(op: str, key: str) -> Finding:
@@ -207,7 +211,7 @@ def invalidate() -> None:
 def _probe_cached(op: str, key: str) -> Finding:
     if not has_kernel(op, key):
         return Finding(Policy.NONE, "no kernel for this key (the key's fallthrough applies)")
-    if torch._C._dispatch_kernel_for_dispatch_key_is_fallthrough(op, key):
+    if upstream_torch.dispatch_kernel_is_fallthrough(op, key):
         return Finding(Policy.NONE, "fallthrough kernel")
     overload = _op_overload(op)
     device = key_device(key)

@@ -11,16 +11,20 @@ are the same and only tracing is slower (``tools/bench/autocast_dispatch.py`` me
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from xlabridge._upstream import torch as upstream_torch
 from xlabridge.autocast._ops import CastPolicy, OpSpec
+
+if TYPE_CHECKING:
+    from xlabridge._upstream.torch import OpOverload
 
 KEY = "AutocastXLA"
 
 
-def _op(qualified: str) -> torch._ops.OpOverload:
+def _op(qualified: str) -> OpOverload:
     name, _, overload = qualified[len("aten::") :].partition(".")
     return getattr(getattr(torch.ops.aten, name), overload or "default")
 
@@ -62,9 +66,9 @@ def _promoted(values: Any, low: torch.dtype) -> torch.dtype:
     return result
 
 
-def _with_defaults(op: torch._ops.OpOverload, args: tuple) -> list:
+def _with_defaults(op: OpOverload, args: tuple) -> list:
     """Positional arguments padded with the schema's defaults, for calling another overload."""
-    positional = [a for a in op._schema.arguments if not a.kwarg_only]
+    positional = [a for a in upstream_torch.op_schema(op).arguments if not a.kwarg_only]
     return list(args) + [a.default_value for a in positional[len(args) :]]
 
 
@@ -72,12 +76,12 @@ def make_kernel(spec: OpSpec) -> Callable[..., Any]:
     """A Python AutocastXLA kernel for ``spec``."""
     op = _op(spec.name)
     redispatch = _op(spec.redispatch or spec.name)
-    keyset = torch._C.DispatchKeySet(torch._C._dispatch_key_parse(KEY))
-    names = [a.name for a in op._schema.arguments if not a.kwarg_only]
+    keyset = upstream_torch.dispatch_key_set(KEY)
+    names = [a.name for a in upstream_torch.op_schema(op).arguments if not a.kwarg_only]
     dtype_index = names.index("dtype") if "dtype" in names else None
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        with torch._C._ExcludeDispatchKeyGuard(keyset):
+        with upstream_torch.excluding_dispatch_keys(keyset):
             low = torch.get_autocast_dtype("xla")
             if spec.cast is CastPolicy.lower_precision_fp:
                 return op(*_cast(args, low), **_cast(kwargs, low))
@@ -126,4 +130,4 @@ class PythonRegistrar:
         for name in names:
             library = self._libraries.pop(name, None)
             if library is not None:
-                library._destroy()
+                upstream_torch.destroy_library(library)

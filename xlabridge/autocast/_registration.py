@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from xlabridge import _env, _optional
+from xlabridge._upstream import torch_xla as upstream_xla
 from xlabridge.autocast import _probe
 from xlabridge.autocast._ops import DEFAULT_SPECS, NOT_APPLICABLE, PARITY_SPECS, TPU_EXCEPTIONS, OpSpec
 from xlabridge.errors import AutocastBuildWarning
@@ -124,8 +124,7 @@ def _dispatcher_has_kernel(op: str) -> bool:
 
 def torch_xla_loaded() -> bool:
     """Whether torch_xla's C library is loaded, i.e. its AutocastXLA kernels are registered."""
-    module = sys.modules.get("torch_xla")
-    return module is not None and hasattr(module, "_XLAC")
+    return upstream_xla.xlac_loaded()
 
 
 def register(specs: Iterable[OpSpec], backend: str | None = None) -> list[str]:

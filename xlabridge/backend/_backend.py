@@ -11,8 +11,10 @@ Graphs whose tensors are all on the CPU take the same way where torch_xla is ins
 device); graphs on CUDA, or anywhere without torch_xla, go to inductor, so the same script also
 runs on a GPU or CPU machine. On a TorchTPU machine (torch 2.11 and later, ``torch_tpu``), graphs
 with a tensor on its ``tpu`` device go to ``backend="tpu"`` (``_placement`` says when CPU graphs
-do too), as the same Dynamo graph would reach it, so its results are TorchTPU's. Each graph, and the path chosen with its reason, goes to the
-diagnostics (``xlabridge.diagnostics._api.record_graph`` / ``record_compile_path``, which do nothing
+do too), as the same Dynamo graph would reach it, so its results are TorchTPU's; and where TorchTPU's own
+``torch.compile`` is in place (a TPU started), such frames get its default, ``dynamic=False`` unless
+the caller passed ``dynamic`` (``_tpu_default``). Each graph, and the path chosen with its reason, goes to the
+diagnostics (``xlabridge.diagnostics._observe.hooks.record_graph`` / ``record_compile_path``, which do nothing
 unless a report is being collected); the persistent cache (``xlabridge.backend.cache``) is configured
 before the first XLA graph compiles.
 """
@@ -26,9 +28,10 @@ from typing import Any
 
 import torch
 
-from xlabridge.backend import _path as _compile_path, _forward_only, cache
+from xlabridge.backend import _path as _compile_path, _forward_only, _tpu_default, cache
 from xlabridge import _optional
-from xlabridge.diagnostics import _api as diagnostics
+from xlabridge._upstream import torch as upstream_torch
+from xlabridge.diagnostics._observe import hooks as diagnostics
 from xlabridge.backend._path import PathKind
 from xlabridge.backend._options import BackendOptions
 from xlabridge.backend._placement import Placement, Target, describe_inputs, resolve_target
@@ -71,8 +74,7 @@ def _enable_autocast_parity(gm: torch.fx.GraphModule) -> None:
 
 
 def _compile_for_xla(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], where: Placement) -> Callable:
-    from torch._dynamo.backends import torchxla
-
+    torchxla = upstream_torch.torchxla_backends()
     path = _compile_path.choose(gm, example_inputs)
     logger.debug("XLA graph (%s): %s, %s", where.value, path.name.value, path.reason)
     diagnostics.record_compile_path(
@@ -84,14 +86,13 @@ def _compile_for_xla(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], wh
 
 
 def _compile_for_torchtpu(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], where: Placement) -> Callable:
-    from torch._dynamo.backends.registry import lookup_backend
-
     reason = "a tensor on TorchTPU's tpu device" if where is Placement.TPU else (
         "all tensors on the CPU, TorchTPU installed" + (", no TPU: run on CPU in its place while diagnosed"
                                                          if diagnostics.torchtpu_stand_in() else ""))
     diagnostics.record_compile_path(target=Target.TORCHTPU.value, path=PathKind.TORCHTPU.value, reason=reason,
                                     cpu_only=where is Placement.CPU_ONLY)
-    return lookup_backend("tpu")(gm, example_inputs)
+    _tpu_default.apply_to_current_frame()  # dynamic=False unless the caller passed dynamic, as "tpu" gets
+    return upstream_torch.lookup_backend("tpu")(gm, example_inputs)
 
 
 def _torchtpu_for_cpu() -> bool:
@@ -100,9 +101,7 @@ def _torchtpu_for_cpu() -> bool:
 
 
 def _compile_with_inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-    from torch._inductor.compile_fx import compile_fx
-
-    return compile_fx(gm, example_inputs)
+    return upstream_torch.inductor_compile(gm, example_inputs)
 
 
 def xlabridge_backend(

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from xlabridge._upstream import torch as upstream_torch
 from xlabridge.backend._placement import tensors_in
 
 
@@ -52,7 +53,7 @@ class PathKind(str, enum.Enum):
     TORCHTPU = "tpu-backend"
     """TorchTPU's ``backend="tpu"`` compiles it (AOTAutograd, its split compiler, XLA:TPU)."""
 
-_GRAD_MODE_SWITCHES = frozenset({torch._C._set_grad_enabled, torch.set_grad_enabled})
+_GRAD_MODE_SWITCHES = frozenset({upstream_torch.set_grad_enabled_function(), torch.set_grad_enabled})
 
 _RANDOM_FUNCTIONS = frozenset(
     {
@@ -150,7 +151,7 @@ def _hidden_mutation(node: torch.fx.Node) -> str | None:
             return f"{node.target.__name__} updates running statistics"
     if node.kwargs.get("out") is not None:
         return f"{getattr(node.target, '__name__', node.target)} writes to out="
-    schema = getattr(node.target, "_schema", None)
+    schema = upstream_torch.op_schema(node.target)
     if schema is not None and schema.is_mutable:
         return f"{schema.name} mutates an argument"
     return None
@@ -163,7 +164,7 @@ def _node_reason(node: torch.fx.Node) -> str | None:
         return None
     if node.target in _GRAD_MODE_SWITCHES:
         return "switches grad mode inside the graph"
-    if isinstance(node.target, torch._ops.HigherOrderOperator):
+    if isinstance(node.target, upstream_torch.higher_order_operator()):
         return f"calls higher-order op {node.target.__name__}"
     if _random_call(node):
         return f"random op {getattr(node.target, '__name__', node.target)}"

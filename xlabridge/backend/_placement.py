@@ -10,7 +10,7 @@ torch_xla it goes to inductor. Graphs with CUDA tensors go to inductor.
 On a TorchTPU machine (torch_tpu, torch 2.11 and later; torch_xla cannot be installed beside it)
 a graph with a tensor on TorchTPU's ``tpu`` device goes to TorchTPU's ``backend="tpu"``, and so
 does a graph whose tensors are all on the CPU where a TPU is present or where the diagnostics
-stand in for one (``diagnostics._api.torchtpu_stand_in``: no TPU, TorchTPU's programs run on CPU and
+stand in for one (``diagnostics._observe.hooks.torchtpu_stand_in``: no TPU, TorchTPU's programs run on CPU and
 are reported, as ``backend="tpu"`` would compile them); without either it goes to inductor,
 so the script also runs on a machine with neither.
 """

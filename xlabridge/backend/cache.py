@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from xlabridge import _env
+from xlabridge._upstream import torch_xla as upstream_xla
 from xlabridge.diagnostics._observe import environment as _environment
 from xlabridge.errors import CacheWarning
 
@@ -110,8 +111,7 @@ def _cpu_cannot_load(version: str) -> bool:
 
 
 def _runtime_started() -> bool:
-    torch_xla = sys.modules.get("torch_xla")
-    return torch_xla is not None and torch_xla._XLAC._xla_computation_cache_is_initialized()
+    return sys.modules.get("torch_xla") is not None and upstream_xla.computation_cache_initialized()
 
 
 def _enable(directory: Path, source: str) -> _Setting:

@@ -11,7 +11,8 @@ a ``Report`` (``report``, plain data) is built from events only (``_build``); vi
 ``backend="xlabridge"`` or ``backend="openxla"``; ``compare(step, *args)`` runs one step
 lazily and compiled, side by side, to tell which kind of break costs the time.
 ``read_run(directory)`` builds the report of a run's event logs (what ``xlabridge report``
-wrote); ``build_report(events)`` makes a report of events in hand. ``render_text(report)`` and
+wrote); ``read_trace(directory)`` the report of a ``TORCH_TRACE`` directory torch wrote, with or
+without xlabridge in the run; ``build_report(events)`` makes a report of events in hand. ``render_text(report)`` and
 ``write_html(report, path)`` show one, ``write_trace(report, path)`` exports its timeline for
 Perfetto.
 
@@ -28,6 +29,7 @@ _NAMES = {
     "diagnose": "xlabridge.diagnostics._api",
     "explain": "xlabridge.diagnostics._api",
     "read_run": "xlabridge.diagnostics._api",
+    "read_trace": "xlabridge.diagnostics._api",
     "build_report": "xlabridge.diagnostics._build.report",
     "Comparison": "xlabridge.diagnostics._compare",
     "compare": "xlabridge.diagnostics._compare",

@@ -14,10 +14,12 @@ from typing import Any
 
 import torch
 
-from xlabridge.diagnostics._observe import pod as _pod, recorder as _recorder, session as _session, tpu_pass as _tpu_pass
-from xlabridge.diagnostics import events as ev
+from xlabridge._upstream import torch as upstream_torch
+from xlabridge.diagnostics._observe import (
+    pod as _pod, recorder as _recorder, session as _session, torch_trace, tpu_pass as _tpu_pass,
+)
+from xlabridge.diagnostics import _trace_artifacts, events as ev
 from xlabridge.diagnostics._build.report import build_report
-from xlabridge.diagnostics._observe.probes import dynamo_graphs, torchtpu
 from xlabridge.diagnostics.report import Report
 
 
@@ -72,6 +74,7 @@ def diagnose(
         _recorder.safely("diagnostics", "closing the event log", recorder.close)
         built = _recorder.safely("diagnostics", "building the report", build_report, recorder.events)
         if built is not None:
+            _recorder.safely("diagnostics", "writing xlabridge's rows into torch's trace", _trace_artifacts.write, built)
             for field in dataclasses.fields(Report):
                 setattr(report, field.name, getattr(built, field.name))
 
@@ -101,7 +104,7 @@ def explain(fn: Callable[..., Any], *, backend: str = "xlabridge", tpu: str | No
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Report:
-        torch._dynamo.reset()
+        upstream_torch.dynamo_reset()
         with diagnose(tpu=tpu) as report:
             torch.compile(fn, backend=backend)(*args, **kwargs)
         return report
@@ -252,36 +255,33 @@ def _alive(pid: int, started: float) -> bool:
     return started - 120.0 <= began <= started + 2.0
 
 
-def record_graph(gm: torch.fx.GraphModule, *, backend: str) -> None:
-    """A backend reports an FX graph Dynamo handed it (the ``xlabridge`` backend does, for each
-    one): the graph, its op count and the graph break that ends it, as ``torch._dynamo.explain``
-    reads them. Does nothing unless a report is being collected."""
-    dynamo_graphs.record(gm, backend)
+def read_trace(
+    directory: str | os.PathLike[str], *, tpu: str | None = None, progress: Callable[[str], None] | None = None
+) -> Report:
+    """The report of a run that torch's structured trace recorded (``TORCH_TRACE=DIR python
+    train.py``, xlabridge not needed in the run): every log in ``directory`` (one per process, as
+    torch writes them, several ranks merged, process ids kept apart), read as the probes would have
+    seen it: Dynamo's graphs, its graph breaks as torch recorded them (type, code, hints, user line),
+    recompiles with the guard that failed, compile times, and for TorchTPU its partitions. What a
+    trace cannot hold (execution times, HLO lowering breaks of torch_xla) the report's warnings say.
 
-
-def record_compile_path(*, target: str, path: str, reason: str, cpu_only: bool = False) -> None:
-    """A backend reports where and how it compiles the graph Dynamo is compiling now."""
-    if not _recorder.active():
-        return
-    _recorder.emit(ev.CompilePath(
-        **_recorder.stamp(), compile_id=dynamo_graphs.current_compile_id(), target=target, path=path,
-        reason=reason, cpu_only=cpu_only,
-    ))
-
-
-def torchtpu_stand_in() -> bool:
-    """Whether TorchTPU's programs run on CPU in their place now: observed, torch_tpu installed, no TPU.
-
-    Then ``backend="tpu"`` (and ``xlabridge`` on a TorchTPU machine) compiles as far as TorchTPU can
-    without a chip, and each partition it would lower runs on CPU and is reported (``torchtpu`` probe).
+    ``tpu`` (a topology such as ``"v5e:2x2"``): compile the StableHLO TorchTPU wrote into the trace
+    (``torchtpu_stablehlo_graph``, on a TPU) for that TPU with libtpu on this machine.
     """
-    from xlabridge import _optional
-
-    return _recorder.active() and _optional.is_available("torch_tpu") and torchtpu.stand_in()
-
-
-def tpu_present() -> bool:
-    """Whether torch_tpu finds a TPU on this machine (False without torch_tpu)."""
-    from xlabridge import _optional
-
-    return _optional.is_available("torch_tpu") and torchtpu.tpu_present()
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"read_trace: 'directory' must be a TORCH_TRACE directory, got {str(directory)!r}")
+    if tpu is not None:
+        tpu = _tpu_pass.check_target(tpu)
+    with tempfile.TemporaryDirectory(prefix="xlabridge-trace-") as scratch:
+        events = torch_trace.read(directory, hlo_dir=Path(scratch) / "hlo" if tpu is not None else None)
+        if tpu is not None:
+            if progress is not None:
+                progress(f"compiling {len(_tpu_pass.graphs_to_compile(events))} TorchTPU program(s) for TPU {tpu} "
+                         "with libtpu (compiled, not run)")
+            events += _tpu_pass.run(events, target=tpu, base=Path(scratch), save_tpu_hlo=False)
+        report = build_report(events)
+    if not torch_trace.logs(directory):
+        report.warnings.append(f"no torch trace log ({torch_trace.LOG_PATTERN}) in {directory}: was TORCH_TRACE "
+                               "set to it before torch was imported?")
+    return report

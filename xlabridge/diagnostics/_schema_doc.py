@@ -46,6 +46,8 @@ _ENVIRONMENT = (
     ("``compilation_cache``", "object", "``xlabridge.backend.cache.status()``, where xlabridge's backend or "
      "``xlabridge.compile`` ran: ``state`` (a value of ``xlabridge.backend.cache.CacheState``), ``directory``, "
      "``source``, ``reason``, ``hits``, ``misses``, ``load_failures``, ``entries``"),
+    ("``source``, ``trace_file``", "string", "a report read from torch's structured trace (``read_trace``, "
+     "``xlabridge report --trace-dir``): ``TORCH_TRACE``, and the first process's trace log; no other key"),
 )
 
 _ROWS = (rp.Process, rp.TimeSplit, rp.ProbeReport, rp.DynamoGraph, rp.DynamoBreak, rp.Recompile, rp.RecompileGroup,

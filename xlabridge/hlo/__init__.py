@@ -36,6 +36,7 @@ from typing import Any
 
 from xlabridge.tpu import _lowering
 from xlabridge import _optional
+from xlabridge._upstream import torch_xla as upstream_xla
 from xlabridge.tpu._kernels import KernelReport, parse_kernels
 
 __all__ = ["KernelReport", "kernel_count", "parse_kernels"]
@@ -96,7 +97,7 @@ def _traced_proto(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
     outputs = _output_tensors(fn(*moved, **moved_kwargs))
     if not outputs:
         raise ValueError("fn must return at least one tensor computed on the XLA device")
-    return torch_xla._XLAC._get_xla_tensors_hlo_proto(outputs)
+    return upstream_xla.tensors_hlo_proto(outputs)
 
 
 def _compile_for_local_device(proto: bytes, device_type: str) -> KernelReport:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 import sys
 
+from xlabridge._upstream import torch_xla as upstream_xla
+
 
 def _compile_module(proto_path: str) -> None:
     """Worker: compile and run an HLO module proto once on zero inputs (XLA dumps the result)."""
@@ -17,7 +19,7 @@ def _compile_module(proto_path: str) -> None:
     with open(proto_path, "rb") as f:
         proto = f.read()
     computation = xb.computation_from_module_proto("xlabridge_kernel_count", proto)
-    program = torch_xla._XLAC._xla_computation_text(computation)
+    program = upstream_xla.computation_text(computation)
     entry = program[program.index("ENTRY") :].splitlines()[0]
     params = re.findall(r"(\w+)\[([\d,]*)\]", entry[: entry.index("->")])
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64,
@@ -26,7 +28,7 @@ def _compile_module(proto_path: str) -> None:
     device = torch_xla.device()
     inputs = [torch.zeros([int(d) for d in dims.split(",") if d], dtype=dtypes[t]).to(device) for t, dims in params]
     torch_xla.sync()
-    outputs = torch_xla._XLAC._xla_user_computation("xlabridge::kernel_count", inputs, computation)
+    outputs = upstream_xla.user_computation("xlabridge::kernel_count", inputs, computation)
     torch_xla.sync()
     for out in outputs:
         out.cpu()

@@ -1,4 +1,5 @@
-"""MXFP8 (OCP Microscaling v1.0) cast: float8_e4m3fn elements with one E8M0 scale per block.
+"""MX (OCP Microscaling v1.0) formats: MXFP8 (float8_e4m3fn elements) and MXFP4 (E2M1 elements,
+two per byte), each with one E8M0 scale per block of 32.
 
 ``to_mxfp8(x)`` views ``x`` as blocks of ``block_size`` (32) consecutive values along its last
 dimension, gives each block the shared power-of-two scale of the spec's section 6.3, and stores
@@ -39,6 +40,18 @@ JAX, ``xlabridge.mx._pallas.to_mxfp8`` is the same formulation as one Pallas ker
 zero, so there, subnormal inputs scale as zeros (their block's scale byte is unaffected, except
 that an rceil scale below 2**-126 flushes to byte 0). Both functions are torch custom ops, so
 ``torch.compile`` keeps them in its graph.
+
+MXFP4 (``docs/guides/mxfp4.md``): ``to_mxfp4(x)`` gives an ``MXFP4Tensor``, E2M1 elements (+-0, 0.5,
+1, 1.5, 2, 3, 4, 6) packed two per byte along the last dimension (element 2i in the low nibble),
+and one E8M0 byte per 32: the layout of gpt-oss checkpoints' ``*_blocks``/``*_scales``, which
+``MXFP4Tensor.from_checkpoint`` reads as stored. The scale is the spec's (``floor``:
+2**(floor(log2 amax) - 2)) or ``rceil`` (amax * fl32(1/6) rounded up to a power of two); elements
+round to nearest even and saturate at +-6; a block holding NaN or Inf gets scale 0xFF and zero
+data bytes. ``from_mxfp4`` is exact in float32 (bit for bit transformers' ``convert_moe_packed_tensors``
+in bfloat16 and float32, transposed). ``mxfp4_linear``, ``mxfp4_expert_linear`` and
+``MXFP4Linear`` keep the weight MXFP4 in memory and dequantize it inside the matmul kernel (one
+Triton kernel on CUDA, one Mosaic kernel on TPU). Cast and inverse are one Triton launch on
+CUDA, one Mosaic kernel on TPU, one XLA computation elsewhere on XLA, eager torch otherwise.
 """
 
 from __future__ import annotations
@@ -46,6 +59,7 @@ from __future__ import annotations
 from xlabridge.mx._api import MXTensor, from_mxfp8, to_mxfp8, to_mxfp8_both
 from xlabridge.mx._constants import (
     DEFAULT_BLOCK_SIZE,
+    E2M1_MAX,
     E4M3_MAX,
     E8M0_BIAS,
     E8M0_NAN,
@@ -53,18 +67,27 @@ from xlabridge.mx._constants import (
     Rounding,
 )
 from xlabridge.mx._linear import MXLinear, mx_linear
+from xlabridge.mx._mxfp4 import MXFP4Tensor, from_mxfp4, to_mxfp4
+from xlabridge.mx._mxfp4_linear import MXFP4Linear, mxfp4_expert_linear, mxfp4_linear
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
+    "E2M1_MAX",
     "E4M3_MAX",
     "E8M0_BIAS",
     "E8M0_NAN",
     "ROUNDING_MODES",
+    "MXFP4Linear",
+    "MXFP4Tensor",
     "MXLinear",
     "MXTensor",
     "Rounding",
+    "from_mxfp4",
     "from_mxfp8",
     "mx_linear",
+    "mxfp4_expert_linear",
+    "mxfp4_linear",
+    "to_mxfp4",
     "to_mxfp8",
     "to_mxfp8_both",
 ]

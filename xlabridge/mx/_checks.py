@@ -59,3 +59,40 @@ def check_dequantize_dtype(dtype: object) -> None:
 def moved_shape(shape: tuple[int, ...], dim: int) -> tuple[int, ...]:
     """``shape`` with dimension ``dim`` (non-negative) moved last: the data shape of a ``dim`` cast."""
     return tuple(shape[:dim]) + tuple(shape[dim + 1 :]) + (shape[dim],)
+
+
+def check_fp4_block_size(block_size: object) -> None:
+    """MXFP4 packs two elements per byte within a block: ``block_size`` must be a positive even int."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int):
+        raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
+    if block_size <= 0 or block_size % C.FP4_PER_BYTE:
+        raise ValueError(
+            f"block_size must be a positive even number of elements for MXFP4 (two per byte), got {block_size}"
+        )
+
+
+def check_fp4_packed(data: object, scale: object, block_size: int, what: str = "data") -> None:
+    """Raise TypeError/ValueError unless ``data`` (packed bytes ``[..., K/2]``) and ``scale``
+    (``[..., K/block_size]``) are the uint8 tensors of one MXFP4 tensor."""
+    check_fp4_block_size(block_size)
+    for name, tensor in ((what, data), ("scale", scale)):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dtype != torch.uint8:
+            raise TypeError(f"{name} must be uint8 (MXFP4 {'bytes' if name == what else 'E8M0 scale bytes'}), got {tensor.dtype}")
+    if data.dim() == 0:
+        raise ValueError(f"{what} must have at least one dimension (the packed last one), got a scalar")
+    k = C.FP4_PER_BYTE * data.shape[-1]
+    if k % block_size:
+        raise ValueError(
+            f"{what}'s last dimension ({data.shape[-1]} bytes = {k} elements) must hold a whole number of "
+            f"blocks of {block_size}"
+        )
+    expected = tuple(data.shape[:-1]) + (k // block_size,)
+    if tuple(scale.shape) != expected:
+        raise ValueError(
+            f"scale must have shape {expected} ({what}'s leading shape and one byte per {block_size} elements "
+            f"of its {k}), got {tuple(scale.shape)}"
+        )
+    if data.device != scale.device:
+        raise ValueError(f"{what} and scale must be on one device, got {data.device} and {scale.device}")

@@ -1,6 +1,7 @@
-"""The cast and its inverse as torch custom ops, routed by device.
+"""The casts and their inverses as torch custom ops, routed by device.
 
-Being ``torch.library`` custom ops (``xlabridge::mxfp8_cast``, ``xlabridge::mxfp8_dequantize``)
+Being ``torch.library`` custom ops (``xlabridge::mxfp8_cast``, ``xlabridge::mxfp8_dequantize``,
+``xlabridge::mxfp4_cast``, ``xlabridge::mxfp4_dequantize``, and the MXFP4 matmul of ``_mxfp4_linear.py``)
 lets ``torch.compile`` keep them in its graph without a graph break: under
 ``backend="openxla"`` (or ``"xlabridge"``) torch_xla replays the graph on XLA tensors, reaching
 the XLA computation, or on TPU the Mosaic kernel (``_tpu.py``); under inductor on CUDA the op
@@ -8,6 +9,8 @@ stays one Triton launch. The fake implementations give shapes.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -130,3 +133,98 @@ def _(x: torch.Tensor, block_size: int, rounding: str):
         x.new_empty(moved, dtype=torch.float8_e4m3fn),
         x.new_empty(moved[:-1] + (moved[-1] // block_size,), dtype=torch.uint8),
     )
+
+
+# ----------------------------------------------------------------------------- MXFP4
+
+
+def _route_fp4_cast(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.device.type == "xla":
+        from xlabridge.mx._mosaic import lowering_fp4 as _tpu_fp4
+        from xlabridge.mx import _xla
+
+        if _tpu_fp4.cast_takes(x, block_size):
+            return _tpu_fp4.to_mxfp4(x, block_size, rounding)
+        return _xla.to_mxfp4(x, block_size, rounding)
+    if x.device.type == "cuda":
+        from xlabridge.mx._triton import fp4 as _triton_fp4
+
+        if _triton_fp4.supports(block_size):
+            return _triton_fp4.to_mxfp4(x, block_size, rounding)
+    return _torch_ops.to_mxfp4(x, block_size, rounding)
+
+
+@torch.library.custom_op("xlabridge::mxfp4_cast", mutates_args=())
+def mxfp4_cast(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(data, scale)`` of ``x``: packed E2M1 bytes ``[..., K/2]`` and E8M0 bytes ``[..., K/block_size]``."""
+    return _route_fp4_cast(x, block_size, rounding)
+
+
+@mxfp4_cast.register_fake
+def _(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    data = x.new_empty(x.shape[:-1] + (x.shape[-1] // 2,), dtype=torch.uint8)
+    scale = x.new_empty(x.shape[:-1] + (x.shape[-1] // block_size,), dtype=torch.uint8)
+    return data, scale
+
+
+@torch.library.custom_op("xlabridge::mxfp4_dequantize", mutates_args=())
+def mxfp4_dequantize(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
+    """Values ``[..., 2 * data.shape[-1]]`` of ``dtype``; NaN where the scale byte is 0xFF."""
+    if data.device.type == "xla":
+        from xlabridge.mx._mosaic import lowering_fp4 as _tpu_fp4
+        from xlabridge.mx import _xla
+
+        if _tpu_fp4.dequantize_takes(data, block_size, dtype):
+            return _tpu_fp4.from_mxfp4(data, scale, block_size, dtype)
+        return _xla.from_mxfp4(data, scale, block_size, dtype)
+    if data.device.type == "cuda":
+        from xlabridge.mx._triton import fp4 as _triton_fp4
+
+        if _triton_fp4.supports(block_size):
+            return _triton_fp4.from_mxfp4(data, scale, block_size, dtype)
+    return _torch_ops.from_mxfp4(data, scale, block_size, dtype)
+
+
+@mxfp4_dequantize.register_fake
+def _(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
+    return data.new_empty(data.shape[:-1] + (2 * data.shape[-1],), dtype=dtype)
+
+
+def _route_fp4_matmul(x, data, scale, expert_ids, bias, block_size):
+    if x.device.type == "xla":
+        from xlabridge.mx._mosaic import lowering_fp4 as _tpu_fp4
+
+        if _tpu_fp4.matmul_takes(x, data, block_size):
+            return _tpu_fp4.matmul(x, data, scale, expert_ids, bias, block_size)
+    elif x.device.type == "cuda":
+        from xlabridge.mx._triton import fp4_matmul as _triton_fp4_matmul
+
+        if _triton_fp4_matmul.supports(x, block_size):
+            return _triton_fp4_matmul.matmul(x, data, scale, expert_ids, bias)
+    return _dequantized_matmul(x, data, scale, expert_ids, bias, block_size)
+
+
+def _dequantized_matmul(x, data, scale, expert_ids, bias, block_size):
+    """The definition: the weight dequantized to ``x``'s dtype, then a batched ``linear``."""
+    weight = mxfp4_dequantize(data, scale, block_size, x.dtype)
+    if expert_ids is not None:
+        weight = weight[expert_ids.long()]
+        bias = None if bias is None else bias[expert_ids.long()]
+    if bias is None:
+        return torch.bmm(x, weight.transpose(-1, -2))
+    # one rounding of product plus bias, as torch.nn.functional.linear's addmm
+    return torch.baddbmm(bias.to(x.dtype)[:, None, :].expand(x.shape[0], x.shape[1], -1), x, weight.transpose(-1, -2))
+
+
+@torch.library.custom_op("xlabridge::mxfp4_matmul", mutates_args=())
+def mxfp4_matmul(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, expert_ids: Optional[torch.Tensor],
+                 bias: Optional[torch.Tensor], block_size: int) -> torch.Tensor:
+    """``y[a] = x[a] @ W[e].T (+ bias[e])``, ``e = expert_ids[a]`` (or ``a``): ``x`` ``[A, M, K]``, ``W``
+    the MXFP4 tensor (``data`` ``[E, N, K/2]``, ``scale`` ``[E, N, K/block_size]``), ``y`` ``[A, M, N]``
+    in ``x``'s dtype. On CUDA and TPU the weight stays MXFP4 in memory (one kernel)."""
+    return _route_fp4_matmul(x, data, scale, expert_ids, bias, block_size)
+
+
+@mxfp4_matmul.register_fake
+def _(x, data, scale, expert_ids, bias, block_size):
+    return x.new_empty((x.shape[0], x.shape[1], data.shape[-2]))

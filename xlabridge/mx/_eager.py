@@ -1,5 +1,5 @@
-"""Eager PyTorch adapter of the formulation: the cast on CPU tensors (and any device without
-a dedicated kernel). Several kernels per call, bit-identical to the fused paths."""
+"""Eager PyTorch adapter of the formulation: the MXFP8 and MXFP4 casts on CPU tensors (and any
+device without a dedicated kernel). Several kernels per call, bit-identical to the fused paths."""
 
 from __future__ import annotations
 
@@ -81,6 +81,15 @@ class TorchOps:
     def expand_last(self, a, size):
         return a.unsqueeze(-1).expand(*a.shape, size)
 
+    def bit_or(self, a, b):
+        return a | b
+
+    def split_pairs(self, a):
+        return a[..., 0::2], a[..., 1::2]
+
+    def interleave_pairs(self, even, odd):
+        return torch.stack((even, odd), dim=-1).reshape(*even.shape[:-1], 2 * even.shape[-1])
+
 
 def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
     """``(data, scale)`` of ``x`` computed with eager torch operations."""
@@ -97,3 +106,19 @@ def from_mxfp8(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: 
     first, second = _formulation.split_scale(TorchOps(), code)
     values = torch.where(code == C.E8M0_NAN, float("nan"), blocks * first * second)
     return values.reshape(data.shape).to(dtype)
+
+
+def to_mxfp4(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(data, scale)`` of ``x``: packed E2M1 bytes ``[..., K/2]`` and E8M0 bytes ``[..., K/block_size]``."""
+    ops = TorchOps()
+    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block_size, block_size)
+    codes, scale = _formulation.cast_blocks_fp4(ops, blocks, block_size, rounding)
+    return _formulation.pack_nibbles(ops, codes.reshape(x.shape)), scale
+
+
+def from_mxfp4(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
+    """Dequantize packed MXFP4 ``data`` ``[..., K/2]`` under ``scale``: values ``[..., K]`` in ``dtype``."""
+    k = 2 * data.shape[-1]
+    blocks = data.reshape(*data.shape[:-1], k // block_size, block_size // 2)
+    values = _formulation.dequantize_blocks_fp4(TorchOps(), blocks, scale, block_size)
+    return values.reshape(*data.shape[:-1], k).to(dtype)

@@ -1,4 +1,8 @@
-"""The MXFP8 cast, written once over a small set of array operations.
+"""The MXFP8 and MXFP4 casts, written once over a small set of array operations.
+
+MXFP4 (``cast_blocks_fp4``, ``e2m1_codes``, ``pack_nibbles`` and the inverse) shares the scale rule
+(``scale_code`` with E2M1's emax_elem and maximum) and the exact power-of-two factors; its element
+rounding is integer arithmetic on float32 bits and one float addition (``e2m1_codes`` says how).
 
 The same code builds the XLA computation (through torch_xla's XlaBuilder, ``_xla.py``), the
 JAX version used to check XLA:GPU (``_jax.py``), and the eager PyTorch path (``_torch_ops.py``):
@@ -27,7 +31,7 @@ Why it is written this way:
   can be an extra output of the reduction's fusion. XLA:GPU does put it there, but computes the
   per-block maximum in a separate kernel rather than once per element: two kernels, and slower
   than two_pass. ``recompute_wide`` broadcasts each slice first so no per-block intermediate
-  exists; XLA:GPU still splits it. Measured in tools/bench/results/mx_cast_h100.json; the one-
+  exists; XLA:GPU still splits it. Measured in tools/bench/results/mx_cast.json; the one-
   kernel XLA:GPU cast is the Pallas kernel of ``_pallas.py``, whose body is this code.
 """
 
@@ -70,10 +74,16 @@ class ArrayOps(Protocol):
     def reduce_max_last(self, a: Array) -> Array: ...
     def slice_last(self, a: Array, index: int) -> Array: ...
     def expand_last(self, a: Array, size: int) -> Array: ...
+    def bit_or(self, a: Array, b: Array) -> Array: ...
+    def split_pairs(self, a: Array) -> tuple[Array, Array]:
+        """Elements ``0::2`` and ``1::2`` of the last dimension (of even size)."""
+    def interleave_pairs(self, even: Array, odd: Array) -> Array:
+        """The inverse of ``split_pairs``: ``[..., n]`` twice -> ``[..., 2n]``."""
 
 
-def scale_code(ops: ArrayOps, abs_bits: Array, rounding: str) -> Array:
-    """E8M0 byte (as s32) for a block whose ``|x|`` maximum has float32 bits ``abs_bits``.
+def scale_code(ops: ArrayOps, abs_bits: Array, rounding: str, fmt: C.ElementFormat = C.E4M3) -> Array:
+    """E8M0 byte (as s32) for a block whose ``|x|`` maximum has float32 bits ``abs_bits``, for
+    elements of format ``fmt`` (float8_e4m3fn by default; ``C.E2M1`` for MXFP4).
 
     Monotone non-decreasing in ``abs_bits``, so it may be applied per element before the
     block maximum as well as after it.
@@ -81,9 +91,9 @@ def scale_code(ops: ArrayOps, abs_bits: Array, rounding: str) -> Array:
     if rounding == C.Rounding.FLOOR:
         # Spec 6.3: X = largest power of two <= amax, divided by 2**emax_elem; clamped to 2**-127.
         exponent = ops.shift_right(abs_bits, C.F32_MANTISSA_BITS)
-        code = ops.maximum(ops.sub(exponent, C.E4M3_EMAX), 0)
+        code = ops.maximum(ops.sub(exponent, fmt.emax), 0)
     elif rounding == C.Rounding.RCEIL:
-        descale = ops.mul(ops.bitcast(abs_bits, "f32"), C.RCEIL_RECIPROCAL)
+        descale = ops.mul(ops.bitcast(abs_bits, "f32"), fmt.rceil_reciprocal)
         bits = ops.bitcast(descale, "s32")
         exponent = ops.shift_right(bits, C.F32_MANTISSA_BITS)
         mantissa = ops.bit_and(bits, C.F32_MANTISSA_MASK)
@@ -168,3 +178,93 @@ def cast_blocks(
     else:
         code = _recomputed_code(ops, blocks, input_dtype, block_size, rounding, wide=strategy == "recompute_wide")
     return _scaled_data(ops, x32, code), scale
+
+
+# ----------------------------------------------------------------------------- MXFP4
+
+# float32 fields that the E2M1 rounding reads: the exponent field and the mantissa's top bit sit
+# at bit 22 and up, so (bits >> 22) is (exponent << 1 | top mantissa bit).
+_F32_ONE_BITS = 0x3F80_0000
+_TOP_MANTISSA_SHIFT = 22
+_HALF_TOP_MANTISSA_LESS_ONE = (1 << (_TOP_MANTISSA_SHIFT - 1)) - 1  # half the kept bit, less one: ties go down
+# (bits >> 22) of 1.0 is 254 and 1.0 is E2M1 code 2: code = (bits >> 22) - 252 for |v| in [1, 8)
+_E2M1_CODE_OFFSET = 2 * C.E8M0_BIAS - 2
+# 2**22 has a float32 ulp of 0.5: adding it to |v| < 1 rounds |v| to the nearest multiple of 0.5
+# (ties to even) and leaves that multiple, in halves, in the low mantissa bits
+_HALVES_MAGIC = 4194304.0
+_HALVES_MAGIC_BITS = 0x4A80_0000
+
+
+def e2m1_codes(ops: ArrayOps, scaled: Array) -> Array:
+    """4-bit E2M1 codes (s32, sign in bit 3) of float32 values ``scaled``: round to nearest, ties
+    to even, finite values beyond 6 saturating to +-6; zeros and values that round to zero keep
+    their sign. (NaN and Inf give unspecified codes: the cast replaces those blocks.)
+
+    No comparison chain over the seven midpoints: for ``|v| >= 1`` (E2M1's normal numbers) the
+    float32 mantissa is rounded to one bit in the integer domain (adding ``0x1FFFFF`` plus the kept
+    bit is round-to-nearest-even), so exponent and kept bit are the code, a carry into the exponent
+    included; for ``|v| < 1`` (0, the subnormal 0.5, and 1.0 reached by rounding) the float32
+    addition of 2**22 rounds to a multiple of 0.5. Both are exact on every backend.
+    """
+    bits = ops.bitcast(scaled, "s32")
+    abs_bits = ops.bit_and(bits, C.F32_ABS_MASK)
+    kept = ops.bit_and(ops.shift_right(abs_bits, _TOP_MANTISSA_SHIFT), 1)
+    rounded = ops.add(ops.add(abs_bits, _HALF_TOP_MANTISSA_LESS_ONE), kept)
+    normal = ops.clamp(ops.sub(ops.shift_right(rounded, _TOP_MANTISSA_SHIFT), _E2M1_CODE_OFFSET), 0, 7)
+    halves = ops.bitcast(ops.add(ops.bitcast(abs_bits, "f32"), _HALVES_MAGIC), "s32")
+    small = ops.sub(halves, _HALVES_MAGIC_BITS)
+    magnitude = ops.select(ops.ge(abs_bits, _F32_ONE_BITS), normal, small)
+    return ops.select(ops.ge(bits, 0), magnitude, ops.bit_or(magnitude, C.E2M1_SIGN))
+
+
+def e2m1_values(ops: ArrayOps, codes: Array) -> Array:
+    """float32 values of 4-bit E2M1 codes ``codes`` (s32, 0..15): for a magnitude code ``c >= 2``
+    the float32 bits are ``(c + 252) << 22`` (exponent ``c >> 1`` re-biased, mantissa bit ``c & 1``),
+    and codes 0 and 1 are ``c * 0.5``; code ``8 + c`` is ``-value(c)`` (code 8 is -0.0)."""
+    magnitude = ops.bit_and(codes, 7)
+    normal = ops.bitcast(ops.shift_left(ops.add(magnitude, _E2M1_CODE_OFFSET), _TOP_MANTISSA_SHIFT), "f32")
+    small = ops.mul(ops.convert(magnitude, "f32"), 0.5)
+    values = ops.select(ops.ge(magnitude, 2), normal, small)
+    return ops.select(ops.ge(codes, C.E2M1_SIGN), ops.mul(values, -1.0), values)
+
+
+def pack_nibbles(ops: ArrayOps, codes: Array) -> Array:
+    """u8 bytes of 4-bit codes ``codes`` (s32, last dimension even): element 2i in the low nibble,
+    2i+1 in the high one."""
+    even, odd = ops.split_pairs(codes)
+    return ops.convert(ops.bit_or(even, ops.shift_left(odd, 4)), "u8")
+
+
+def unpack_nibbles(ops: ArrayOps, packed: Array) -> Array:
+    """The 4-bit codes (s32) of u8 bytes ``packed``, two per byte, low nibble first."""
+    as_int = ops.convert(packed, "s32")
+    return ops.interleave_pairs(ops.bit_and(as_int, 15), ops.shift_right(as_int, 4))
+
+
+def cast_blocks_fp4(ops: ArrayOps, blocks: Array, block_size: int, rounding: str) -> tuple[Array, Array]:
+    """MXFP4-cast ``blocks`` (``[..., nblocks, block_size]``, any float type).
+
+    Returns ``(codes, scale)``: the 4-bit E2M1 codes (s32, the blocks' shape; ``pack_nibbles``
+    makes the bytes) and the u8 E8M0 scale bytes ``[..., nblocks]``. The scale byte is
+    ``scale_code`` for ``C.E2M1`` (emax_elem 2, rceil by fl32(1/6)), the maximum over the block as
+    for MXFP8; the elements are ``x * 2**(127 - byte)`` (exact: a normal float32 factor, the byte
+    being at most 253) rounded by ``e2m1_codes``; a NaN block (byte 0xFF) gets zero codes
+    (``C.MXFP4_NAN_DATA``).
+    """
+    x32 = ops.convert(blocks, "f32")
+    abs_bits = ops.bit_and(ops.bitcast(x32, "s32"), C.F32_ABS_MASK)
+    scale = ops.reduce_max_last(ops.convert(scale_code(ops, abs_bits, rounding, C.E2M1), "u8"))
+    code = ops.expand_last(ops.convert(scale, "s32"), block_size)
+    reciprocal, is_nan = scale_factors(ops, code)
+    codes = e2m1_codes(ops, ops.mul(x32, reciprocal))
+    return ops.select(is_nan, C.MXFP4_NAN_DATA, codes), scale
+
+
+def dequantize_blocks_fp4(ops: ArrayOps, packed: Array, scale: Array, block_size: int) -> Array:
+    """float32 values of MXFP4 bytes ``packed`` (``[..., nblocks, block_size / 2]`` u8) under scale
+    bytes ``scale`` (``[..., nblocks]`` u8): each element times 2**(byte - 127) as two normal
+    float32 factors (``split_scale``), NaN throughout a block whose byte is 0xFF."""
+    values = e2m1_values(ops, unpack_nibbles(ops, packed))
+    code = ops.expand_last(ops.convert(scale, "s32"), block_size)
+    first, second = split_scale(ops, code)
+    return ops.select(ops.eq(code, C.E8M0_NAN), float("nan"), ops.mul(ops.mul(values, first), second))

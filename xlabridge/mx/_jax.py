@@ -90,6 +90,15 @@ class JaxOps:
     def expand_last(self, a, size):
         return jnp.broadcast_to(a[..., None], a.shape + (size,))
 
+    def bit_or(self, a, b):
+        return a | _lift(a, b)
+
+    def split_pairs(self, a):
+        return a[..., 0::2], a[..., 1::2]
+
+    def interleave_pairs(self, even, odd):
+        return jnp.stack((even, odd), axis=-1).reshape(even.shape[:-1] + (2 * even.shape[-1],))
+
 
 def input_dtype_name(dtype) -> str:
     """The formulation's name of a JAX input dtype (f32, bf16 or f16)."""

@@ -1,4 +1,4 @@
-"""The cast on XLA tensors: one XLA computation built with torch_xla's XlaBuilder.
+"""The MX casts on XLA tensors: one XLA computation each, built with torch_xla's XlaBuilder.
 
 torch_xla 2.9 has no lazy lowering of ``Tensor.view(dtype)`` (bit reinterpretation falls back to
 the CPU, a device round trip), nor of ``frexp``/``exp2``; the cast needs exact exponent
@@ -17,6 +17,7 @@ import functools
 import torch
 
 from xlabridge import _optional
+from xlabridge._upstream import torch_xla as upstream_xla
 from xlabridge.mx import _constants as C
 from xlabridge.mx import _formulation
 
@@ -127,6 +128,19 @@ class XlaBuilderOps:
         sizes = tuple(a.shape().sizes)
         return a.broadcast_in_dim(sizes + (size,), list(range(len(sizes))))
 
+    def bit_or(self, a, b):
+        return a | self._like(a, b)
+
+    def split_pairs(self, a):
+        sizes = a.shape().sizes
+        last = len(sizes) - 1
+        return a.slice_in_dim(0, sizes[-1], last, 2), a.slice_in_dim(1, sizes[-1], last, 2)
+
+    def interleave_pairs(self, even, odd):
+        sizes = tuple(even.shape().sizes)
+        pairs = [t.reshape(sizes + (1,)) for t in (even, odd)]
+        return self._xb.Op.concat_in_dim(pairs, len(sizes)).reshape(sizes[:-1] + (2 * sizes[-1],))
+
 
 @functools.lru_cache(maxsize=128)
 def _cast_computation(shape: tuple[int, ...], dtype: torch.dtype, block_size: int, rounding: str, strategy: str):
@@ -202,9 +216,7 @@ def _bitcast_computation(shape: tuple[int, ...], dtype: torch.dtype, to: torch.d
 def bitcast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """XLA tensor ``x``'s bits as ``dtype`` of the same width, lazily (torch_xla 2.9 has no lazy
     ``Tensor.view(dtype)``; see the module docstring)."""
-    import torch_xla
-
-    (out,) = torch_xla._XLAC._xla_user_computation("xlabridge::bitcast", [x], _bitcast_computation(tuple(x.shape), x.dtype, dtype))
+    (out,) = upstream_xla.user_computation("xlabridge::bitcast", [x], _bitcast_computation(tuple(x.shape), x.dtype, dtype))
     return out
 
 
@@ -213,37 +225,77 @@ def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str, strategy: str = "t
 
     ``two_pass`` is the default everywhere: on XLA:CPU it is the minimum of two kernels (one per
     output; XLA:CPU puts only same-shape outputs in one kernel), and on XLA:GPU (measured through JAX on an
-    H100) its three kernels ran faster than the two of ``recompute`` (0.28 vs 0.31 ms, 256 MB).
+    H100) its three kernels ran faster than the two of ``recompute`` (tools/bench/results/mx_cast.json).
     """
-    import torch_xla
-
     computation = _cast_computation(tuple(x.shape), x.dtype, block_size, rounding, strategy)
-    data, scale = torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_cast", [x], computation)
+    data, scale = upstream_xla.user_computation("xlabridge::mxfp8_cast", [x], computation)
     return data, scale
 
 
 def to_mxfp8_dim(x: torch.Tensor, block_size: int, rounding: str, dim: int):
     """``(data, scale)`` of ``x.movedim(dim, -1)``: one XLA computation, the transpose inside it
     (XLA fuses it into the cast's kernels where it can)."""
-    import torch_xla
-
     computation = _cast_dim_computation(tuple(x.shape), x.dtype, block_size, rounding, dim)
-    data, scale = torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_cast_dim", [x], computation)
+    data, scale = upstream_xla.user_computation("xlabridge::mxfp8_cast_dim", [x], computation)
     return data, scale
 
 
 def to_mxfp8_both(x: torch.Tensor, block_size: int, rounding: str):
     """``(row data, row scale, col data, col scale)`` of ``x`` from one XLA computation."""
-    import torch_xla
-
     computation = _cast_both_computation(tuple(x.shape), x.dtype, block_size, rounding)
-    return tuple(torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_cast_both", [x], computation))
+    return tuple(upstream_xla.user_computation("xlabridge::mxfp8_cast_both", [x], computation))
 
 
 def from_mxfp8(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
     """Dequantized XLA tensor of ``dtype``, from one XLA computation."""
-    import torch_xla
-
     computation = _dequantize_computation(tuple(data.shape), block_size, dtype)
-    (values,) = torch_xla._XLAC._xla_user_computation("xlabridge::mxfp8_dequantize", [data, scale], computation)
+    (values,) = upstream_xla.user_computation("xlabridge::mxfp8_dequantize", [data, scale], computation)
+    return values
+
+
+# ----------------------------------------------------------------------------- MXFP4
+
+
+@functools.lru_cache(maxsize=128)
+def _fp4_cast_computation(shape: tuple[int, ...], dtype: torch.dtype, block_size: int, rounding: str):
+    xb = _xb()
+    ops = XlaBuilderOps(xb)
+    name = "xlabridge_mxfp4_cast"
+    builder = xb.create_builder(name)
+    x = xb.mkparam(builder, 0, xb.mkshape(_XLA_TYPES[dtype], shape))
+    blocks = x.reshape(shape[:-1] + (shape[-1] // block_size, block_size))
+    codes, scale = _formulation.cast_blocks_fp4(ops, blocks, block_size, rounding)
+    return xb.Op.tuple([_formulation.pack_nibbles(ops, codes.reshape(shape)), scale]).build(name)
+
+
+@functools.lru_cache(maxsize=128)
+def _fp4_dequantize_computation(shape: tuple[int, ...], block_size: int, dtype: torch.dtype):
+    """Values ``[..., K]`` from packed ``[..., K/2]`` and scale ``[..., K/block_size]`` (``shape`` is the packed one)."""
+    xb = _xb()
+    name = "xlabridge_mxfp4_dequantize"
+    builder = xb.create_builder(name)
+    k = 2 * shape[-1]
+    nblocks = k // block_size
+    data = xb.mkparam(builder, 0, xb.mkshape("u8", shape))
+    scale = xb.mkparam(builder, 1, xb.mkshape("u8", shape[:-1] + (nblocks,)))
+    blocks = data.reshape(shape[:-1] + (nblocks, block_size // 2))
+    values = _formulation.dequantize_blocks_fp4(XlaBuilderOps(xb), blocks, scale, block_size)
+    return xb.Op.tuple([values.reshape(shape[:-1] + (k,)).cast(_XLA_TYPES[dtype])]).build(name)
+
+
+def to_mxfp4(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(data, scale)`` of XLA tensor ``x``: packed E2M1 bytes and E8M0 bytes, from one XLA computation."""
+    from xlabridge._upstream import torch_xla as upstream_xla
+
+    computation = _fp4_cast_computation(tuple(x.shape), x.dtype, block_size, rounding)
+    data, scale = upstream_xla.user_computation("xlabridge::mxfp4_cast", [x], computation)
+    return data, scale
+
+
+def from_mxfp4(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
+    """The dequantized XLA tensor (``[..., 2 * data.shape[-1]]`` of ``dtype``), from one XLA computation."""
+    from xlabridge._upstream import torch_xla as upstream_xla
+
+    computation = _fp4_dequantize_computation(tuple(data.shape), block_size, dtype)
+    (values,) = upstream_xla.user_computation("xlabridge::mxfp4_dequantize", [data, scale], computation)
     return values

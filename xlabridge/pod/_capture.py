@@ -3,8 +3,8 @@
 torch_xla and XLA read their debug switches once, when they start, so a capture is set up in
 the environment of the process before it starts (``xlabridge report`` controls its child's
 environment). The ways, and what each costs (``tools/bench/pod_capture_overhead.py`` measures
-them on a sharded training step; on 2 shared cores an A/A control differs by 14%, and every way
-but the last stays within that):
+them on a sharded training step against an A/A control of two plain runs; every way but the
+last stays within the control's spread):
 
 ``DEBUG_FILE`` (``PT_XLA_DEBUG_LEVEL=2``, ``PT_XLA_DEBUG_FILE``)
     Every compilation and execution: cause, graph hash, triggering frames. Per-step cost in
@@ -21,8 +21,8 @@ but the last stays within that):
     with the graph).
 ``SAVED_PARTITIONED`` (adds ``XLA_DUMP_POST_OPTIMIZATIONS=1``)
     The saved HLO is the optimized, partitioned module, joined to the graph hash exactly; but
-    torch_xla runs XLA's optimization passes again at every sync to print it: 7.9x the step time
-    of the benchmark's MLP. For short diagnostic runs only.
+    torch_xla runs XLA's optimization passes again at every sync to print it, several times the
+    step time of the benchmark's MLP. For short diagnostic runs only.
 
 ``DEFAULT`` (debug file, HLO dump, source lines) costs nothing per step beyond source lines
 and gives collectives per graph; ``read_capture`` joins each graph of the debug file to the

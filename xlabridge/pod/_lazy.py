@@ -47,7 +47,7 @@ class GraphCause(str, enum.Enum):
     DYNAMO_COMPILE = "dynamo-compile"
     """torch_xla's Dynamo bridge compiling an FX graph (``torch.compile``)."""
     DYNAMO_EXECUTE = "dynamo-execute"
-    """A ``torch.compile``d graph running."""
+    """A graph compiled with ``torch.compile``, running."""
     OTHER = "other"
 
 

@@ -8,7 +8,7 @@ an SPMD graph (GSPMD, one replica, ``num_partitions`` partitions, output shardin
 propagation) with jaxlib's XLA:CPU client, in a worker process with ``num_partitions`` host
 devices, and returns the optimized module text for ``xlabridge.pod.analyze``.
 
-It costs a process start (about 1-2 s) plus well under a second per graph, outside the user's
+It costs a process start plus a compile per graph, outside the user's
 steps, and needs no environment set before the run. jaxlib's XLA is not torch_xla's build, so
 the result is checked against what torch_xla itself ran (``tests/pod``): on the models tested
 the collectives are the same. For a TPU topology compile the same proto with ``xlabridge.tpu``
@@ -73,24 +73,23 @@ def _worker(num_partitions: int, paths: list[str]) -> None:
     """Worker: compile each proto for ``num_partitions`` CPU devices; print the modules as JSON."""
     import jax
     import numpy as np
-    from jax._src import compiler
-    from jax._src.lib import xla_client
+
+    from xlabridge._upstream import jax as upstream_jax
 
     devices = jax.devices("cpu")[:num_partitions]
     client = devices[0].client
     modules = []
     for path in paths:
-        module = xla_client._xla.mlir.hlo_to_stablehlo(Path(path).read_bytes())
-        options = compiler.get_compile_options(
+        module = upstream_jax.hlo_to_stablehlo(Path(path).read_bytes())
+        options = upstream_jax.compile_options(
             num_replicas=1,
             num_partitions=num_partitions,
             device_assignment=np.arange(num_partitions).reshape(1, num_partitions),
-            use_spmd_partitioning=True,
         )
         # As torch_xla 2.9 compiles SPMD graphs: GSPMD, outputs sharded as propagation decides.
         options.executable_build_options.use_shardy_partitioner = False
         options.executable_build_options.allow_spmd_sharding_propagation_to_output = [True]
-        executable = client.compile_and_load(module, xla_client.DeviceList(tuple(devices)), options)
+        executable = client.compile_and_load(module, upstream_jax.device_list(devices), options)
         optimized = executable.hlo_modules()[0]
         modules.append({
             "name": optimized.name,

@@ -1,7 +1,7 @@
 """TorchTPU (``torch-tpu``, ``torch.compile(backend="tpu")``): its graphs, compiled for TPU here.
 
 TorchTPU lowers each graph by running it on its PrivateUse1 ``tpu`` device in a tracing mode,
-which needs a TPU: without one its backend fails in ``fx_to_mlir`` (docs/torchtpu.md). What it
+which needs a TPU: without one its backend fails in ``fx_to_mlir`` (docs/guides/torchtpu.md). What it
 compiles is fixed before that, by Dynamo and AOTAutograd, and needs no device. This package
 takes the graphs at that point and compiles them for a TPU topology with libtpu's compile-only
 client, labelled "compiled for TPU, not run"::
@@ -21,7 +21,7 @@ a TPU), with its inputs' shapes, its ops' user lines and its collectives; it run
 on CPU instead. ``lower_to_stablehlo`` lowers a graph with torchax (ATen ops to JAX) and
 ``jax.export`` for the TPU platform; ``compile_graphs`` compiles the result with
 ``xlabridge.tpu``. That StableHLO is not TorchTPU's own (its C++ lowering, Pallas kernels and
-fused RNN/attention kernels are not used): docs/torchtpu.md says how they
+fused RNN/attention kernels are not used): docs/guides/torchtpu.md says how they
 differ. Needs torch_tpu, jax, libtpu and torchax (``requirements/torchtpu.txt``).
 """
 

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from xlabridge import _optional
+from xlabridge._upstream import torch as upstream_torch, torch_tpu as upstream_tpu
 from xlabridge.torchtpu import _seam as torchtpu_seam
 from xlabridge.errors import MissingDependencyError
 
@@ -150,12 +151,10 @@ class GraphCapture:
             raise MissingDependencyError(
                 "xlabridge.torchtpu.GraphCapture needs torch_tpu: pip install -r requirements/torchtpu.txt"
             )
-        from torch_tpu._internal.compile import _backend
-
         skip_tpu_metadata_query()
         self.graphs: list[TpuGraph] = []
         self._dynamo_graphs = itertools.count()
-        self._backend = _backend.TpuBackend()
+        self._backend = upstream_tpu.compile_backend().TpuBackend()
 
     def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -166,15 +165,14 @@ class GraphCapture:
         # Attention's math form: on CPU, AOTAutograd would trace scaled_dot_product_attention to
         # the CPU flash kernel (_scaled_dot_product_flash_attention_for_cpu and its backward),
         # a CPU-only op that no TPU lowering knows; on a TPU, TorchTPU picks its own kernel.
-        compile_id = torch._guards.CompileContext.current_compile_id()
+        compile_id = upstream_torch.current_compile_id()
         with self._recording(index, "" if compile_id is None else str(compile_id), time.perf_counter()), \
                 sdpa_kernel([SDPBackend.MATH]):
             return self._backend(graph_module, example_inputs, options=options, **kwargs)
 
     @contextlib.contextmanager
     def _recording(self, index: int, compile_id: str, started: float) -> Iterator[None]:
-        from torch_tpu._internal.compile import _backend
-
+        _backend = upstream_tpu.compile_backend()
         capture = self
         partitions = {"forward": itertools.count(), "backward": itertools.count()}
 
@@ -219,14 +217,12 @@ def capture_tpu_backend(capture: GraphCapture | None = None) -> Iterator[GraphCa
     CPU): Dynamo's registry entry for ``"tpu"`` points at the capture for the duration, then back
     at TorchTPU's ``TpuBackend``. Graphs compiled before entering keep the backend they got.
     """
-    from torch._dynamo.backends import registry
-
     capture = GraphCapture() if capture is None else capture
     if not isinstance(capture, GraphCapture):
         raise TypeError(f"capture must be a GraphCapture, got {type(capture).__name__}")
-    original = registry.lookup_backend("tpu")  # loads TorchTPU's backend if not yet registered
-    registry._COMPILER_FNS["tpu"] = capture
+    original = upstream_torch.lookup_backend("tpu")  # loads TorchTPU's backend if not yet registered
+    upstream_torch.dynamo_backends()["tpu"] = capture
     try:
         yield capture
     finally:
-        registry._COMPILER_FNS["tpu"] = original
+        upstream_torch.dynamo_backends()["tpu"] = original

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from xlabridge import _optional
+from xlabridge._upstream import torch as upstream_torch
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +43,9 @@ class _AbsentOp:
 
 @contextlib.contextmanager
 def _tolerate_absent_ops(absent: list[str]) -> Iterator[None]:
-    packet_getattr = torch._ops.OpOverloadPacket.__getattr__
-    namespace_getattr = torch._ops._OpNamespace.__getattr__
+    packet_class, namespace_class = upstream_torch.op_overload_packet(), upstream_torch.op_namespace()
+    packet_getattr = packet_class.__getattr__
+    namespace_getattr = namespace_class.__getattr__
 
     def packet(self: Any, key: str) -> Any:
         try:
@@ -51,8 +53,9 @@ def _tolerate_absent_ops(absent: list[str]) -> Iterator[None]:
         except AttributeError:
             if key.startswith("__"):
                 raise
-            absent.append(f"{self._qualified_op_name}.{key}")
-            return _AbsentOp(f"{self._qualified_op_name}.{key}")
+            name = upstream_torch.qualified_op_name(self)
+            absent.append(f"{name}.{key}")
+            return _AbsentOp(f"{name}.{key}")
 
     def namespace(self: Any, key: str) -> Any:
         try:
@@ -63,13 +66,13 @@ def _tolerate_absent_ops(absent: list[str]) -> Iterator[None]:
             absent.append(f"{self.name}::{key}")
             return _AbsentOp(f"{self.name}::{key}")
 
-    torch._ops.OpOverloadPacket.__getattr__ = packet
-    torch._ops._OpNamespace.__getattr__ = namespace
+    packet_class.__getattr__ = packet
+    namespace_class.__getattr__ = namespace
     try:
         yield
     finally:
-        torch._ops.OpOverloadPacket.__getattr__ = packet_getattr
-        torch._ops._OpNamespace.__getattr__ = namespace_getattr
+        packet_class.__getattr__ = packet_getattr
+        namespace_class.__getattr__ = namespace_getattr
 
 
 @functools.cache
@@ -99,9 +102,7 @@ def _decompositions() -> dict[Any, Any]:
     torchax 0.0.13's ``native_layer_norm_backward`` takes 5-6 positional arguments where
     torch 2.15's op passes 8 (TypeError on GPT-2's backward graph).
     """
-    from torch._decomp import get_decompositions
-
-    return get_decompositions([torch.ops.aten.native_layer_norm_backward.default])
+    return upstream_torch.decompositions([torch.ops.aten.native_layer_norm_backward.default])
 
 
 def _on_one_device(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -172,7 +173,7 @@ def export_graph(graph: Any, platforms: tuple[str, ...]) -> Any:
 
 
 def _qualified_name(target: Any) -> str:
-    return str(getattr(target, "_qualified_op_name", "") or getattr(getattr(target, "_schema", None), "name", ""))
+    return str(upstream_torch.qualified_op_name(target) or getattr(upstream_torch.op_schema(target), "name", ""))
 
 
 def _pad_real_to_static(x: Any, sizes: list[Any], static_shape: list[int], dynamic: list[bool]) -> Any:

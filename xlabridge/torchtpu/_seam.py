@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from xlabridge import _env
+from xlabridge._upstream import torch_tpu as upstream_tpu
 
 InputSpec = tuple[tuple[int, ...], torch.dtype] | int
 """A program input: a tensor's shape and dtype, or an int argument's value (``input_specs``)."""
@@ -88,9 +89,7 @@ def input_specs(inputs: Sequence[Any], *, ints: bool = False) -> list[InputSpec]
 @functools.cache
 def tpu_present() -> bool:
     """Whether torch_tpu finds a TPU on this machine (its PCI probe; no device is started)."""
-    from torch_tpu._internal.utils import hardware
-
-    return bool(hardware.get_tpu_device_count())
+    return bool(upstream_tpu.tpu_device_count())
 
 
 def skip_tpu_metadata_query() -> bool:
@@ -98,7 +97,7 @@ def skip_tpu_metadata_query() -> bool:
 
     Returns whether it was set here. Off a TPU VM, libtpu's PJRT client, which TorchTPU starts
     at the first ``backward()`` of the process (the autograd engine asks its device guard for a
-    device count), retries that server for minutes before giving up (docs/torchtpu.md).
+    device count), retries that server for minutes before giving up (docs/guides/torchtpu.md).
     """
     if _env.get(_env.TPU_SKIP_MDS_QUERY) is not None or tpu_present():
         return False
@@ -125,12 +124,9 @@ def observe_compiler(split: Any, listener: Listener, *, run_on_cpu: bool) -> boo
     shapes) tells each bucket program it prepares (``_observed_dynamic_call``). Returns False for
     another compiler.
     """
-    from torch_tpu._internal.compile import compiler
-    from torch_tpu._internal.compile.dynamic import dynamic_compiler
-
     base = getattr(split, "base_compiler", None)
-    dynamic = isinstance(base, dynamic_compiler.DynamicCompiler)
-    if not dynamic and not isinstance(base, compiler.StaticCompiler):
+    dynamic = isinstance(base, upstream_tpu.dynamic_compiler())
+    if not dynamic and not isinstance(base, upstream_tpu.static_compiler()):
         return False
     listeners: list[Listener] = base.__dict__.get("_xlabridge_listeners", [])
     if not listeners:
@@ -200,7 +196,7 @@ def _observed_dynamic_call(base: Any, original_call: Any) -> Callable[..., Any]:
         result = original_call(*args, **kwargs)
         seconds = time.perf_counter() - started
         kind = "forward" if bound.arguments["is_fwd"] else "backward"
-        for number, spec in enumerate(getattr(result, "_bucket_specs", None) or ()):
+        for number, spec in enumerate(upstream_tpu.bucket_specs(result)):
 
             @functools.cache
             def record(spec: Any = spec, number: int = number) -> Partition:
@@ -227,9 +223,7 @@ def _bounds_text(bounds: Any) -> str:
 
 
 def _is_collective(node: torch.fx.Node) -> bool:
-    from torch_tpu._internal.distributed import collective_ops
-
-    return node.op == "call_function" and collective_ops.is_collective_op(
+    return node.op == "call_function" and upstream_tpu.is_collective_op(
         getattr(node.target, "overloadpacket", node.target))
 
 
@@ -268,8 +262,7 @@ def keep_constants(gm_or_graph: Any) -> None:
 @contextlib.contextmanager
 def stand_in_patches() -> Iterator[None]:
     """For the duration: ``mark_embedded_constants`` skipped (see the module's docstring)."""
-    from torch_tpu._internal.compile.fx_passes import mark_embedded_constants
-
+    mark_embedded_constants = upstream_tpu.embedded_constants_pass()
     original = mark_embedded_constants.apply
     mark_embedded_constants.apply = keep_constants
     try:

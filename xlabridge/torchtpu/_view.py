@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["TorchTpuGraphResult", "compile_graphs"]
 
 ROUTE = "torchax+jax.export"
-"""How the graphs are lowered (TorchTPU's own lowering needs a TPU): docs/torchtpu.md."""
+"""How the graphs are lowered (TorchTPU's own lowering needs a TPU): docs/guides/torchtpu.md."""
 
 
 @dataclasses.dataclass

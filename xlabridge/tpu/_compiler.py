@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from xlabridge import _env, _optional
+from xlabridge._upstream import torch_xla as upstream_xla
 from xlabridge.tpu._kernels import parse_kernels
 from xlabridge.errors import MissingDependencyError, TpuCompileError, TpuWorkerError, UnknownTopologyError
 from xlabridge.tpu import _worker
@@ -171,13 +172,13 @@ class TpuCompiler:
         """
         import torch
 
-        torch_xla = _optional.require("torch_xla", "xlabridge.tpu.compile_tensors")
+        _optional.require("torch_xla", "xlabridge.tpu.compile_tensors")
         tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
         wrong = [i for i, t in enumerate(tensors) if not isinstance(t, torch.Tensor) or t.device.type != "xla"]
         if not tensors or wrong:
             problem = f"not so at position(s) {wrong}" if wrong else "got an empty sequence"
             raise ValueError(f"tensors must be torch tensors on the XLA device (one, or a non-empty sequence): {problem}")
-        proto = torch_xla._XLAC._get_xla_tensors_hlo_proto(tensors)
+        proto = upstream_xla.tensors_hlo_proto(tensors)
         return self.compile_hlo_proto(proto, num_partitions=num_partitions, topology=topology, name=name)
 
     def compile_jax(

@@ -1,7 +1,7 @@
 """The TPU compile worker: the process that holds libtpu's compile-only client.
 
 ``TpuCompiler`` starts it as ``python <this file>``. Run by path, it imports the standard
-library and JAX only (not xlabridge, not torch), so libtpu never shares a process with
+library, JAX and xlabridge._upstream.jax only (not torch), so libtpu never shares a process with
 torch_xla's PJRT client, and a C++ check failure inside libtpu kills this process, not the
 user's. Requests and replies are pickled dicts, each framed by an 8-byte length, on stdin and
 on a duplicate of the original stdout; fd 1 itself is pointed at stderr, so nothing libtpu or
@@ -69,11 +69,12 @@ class _Worker:
     def __init__(self) -> None:
         import jax
         from importlib.metadata import version
-        from jax._src.lib import xla_client
         from jax.experimental import topologies
 
+        from xlabridge._upstream import jax as upstream_jax
+
         self._jax = jax
-        self._xc = xla_client
+        self._upstream = upstream_jax
         self._topologies_module = topologies
         self._topologies: dict[str, Any] = {}
         self.versions = {"libtpu": version("libtpu"), "jax": jax.__version__}
@@ -113,8 +114,8 @@ class _Worker:
         module, fmt = request["module"], request["format"]
         if fmt == "hlo-proto":
             try:
-                text = self._xc._xla.HloModule.from_serialized_hlo_module_proto(module).to_string()
-                stablehlo = self._xc._xla.mlir.hlo_to_stablehlo(module)
+                text = self._upstream.hlo_module_text(module)
+                stablehlo = self._upstream.hlo_to_stablehlo(module)
             except Exception as error:
                 return {"status": BAD_REQUEST, "message": f"not an HLO module proto: {error}"}
             # hlo_to_stablehlo keeps input_output_alias (a module attribute) but drops the
@@ -184,7 +185,7 @@ class _Worker:
     def _compile(self, module: bytes, text: str, shardy: bool, request: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
 
-        xc = self._xc
+        upstream_jax = self._upstream
         description = self._describe(request["topology"])
         if description["status"] != OK:
             return description
@@ -195,19 +196,19 @@ class _Worker:
         graph_path = request["graph_path"]
         with open(graph_path, "w") as f:
             f.write(text)
-        options = xc.CompileOptions()
+        options = upstream_jax.empty_compile_options()
         build = options.executable_build_options
         build.num_replicas = 1
         build.num_partitions = count
         build.use_shardy_partitioner = shardy
         if count > 1:
             build.use_spmd_partitioning = True
-            build.device_assignment = xc.DeviceAssignment.create(np.arange(count).reshape(1, count))
+            build.device_assignment = upstream_jax.device_assignment(np.arange(count).reshape(1, count))
         if request.get("propagate_to_output"):
             build.allow_spmd_sharding_propagation_to_output = [True]
         started = time.perf_counter()
         try:
-            executable = _compile_module(devices[0].client, module, xc.DeviceList(tuple(devices[:count])), options)
+            executable = _compile_module(devices[0].client, module, upstream_jax.device_list(devices[:count]), options)
         except Exception as error:
             seconds = time.perf_counter() - started
             message = str(error)
@@ -253,7 +254,8 @@ class _Worker:
 # ShapeProto.{element_type, tuple_shapes}; HloBufferDonorProto.entries;
 # BufferDonorEntryProto.{parameter_number, parameter_shape_index} (xla/service/hlo.proto,
 # xla/xla_data.proto). PrimitiveType TUPLE is 13. jaxlib exposes none of them, so they are decoded
-# from the wire format, as xlabridge.pod._hlo_proto does (the worker imports no xlabridge module).
+# from the wire format, as xlabridge.pod._hlo_proto does (the worker imports no xlabridge module
+# but its JAX wrappers).
 _MODULE_PROGRAM_SHAPE, _MODULE_BUFFER_DONOR = 4, 18
 _PROGRAM_PARAMETERS = 1
 _SHAPE_ELEMENT_TYPE, _SHAPE_TUPLE_SHAPES = 2, 4
@@ -352,10 +354,10 @@ def _buffer_donors(proto: bytes) -> list[int]:
 def _mark_donors(module: bytes, donors: list[int]) -> bytes:
     """``module`` (StableHLO) with ``jax.buffer_donor`` on those arguments of ``main``: what
     JAX writes for a donated argument, which XLA turns back into the module's buffer donors."""
-    from jax._src.interpreters import mlir
-    from jax._src.lib.mlir import ir
+    from xlabridge._upstream import jax as upstream_jax
 
-    with mlir.make_ir_context():
+    ir = upstream_jax.mlir_ir()
+    with upstream_jax.ir_context():
         parsed = ir.Module.parse(module)
         main = next(op for op in parsed.body.operations
                     if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main")
@@ -371,7 +373,7 @@ def _mark_donors(module: bytes, donors: list[int]) -> bytes:
                 entries["jax.buffer_donor"] = ir.BoolAttr.get(True)
             attrs.append(ir.DictAttr.get(entries))
         main.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
-        return mlir.module_to_bytecode(parsed)
+        return upstream_jax.module_to_bytecode(parsed)
 
 
 def _compile_module(client: Any, module: bytes, devices: Any, options: Any) -> Any:
@@ -384,11 +386,10 @@ def _compile_module(client: Any, module: bytes, devices: Any, options: Any) -> A
     try:
         return client.compile(module, devices, options)
     except TypeError:
-        from jax._src.interpreters import mlir
-        from jax._src.lib.mlir import ir
+        from xlabridge._upstream import jax as upstream_jax
 
-        with mlir.make_ir_context():
-            return client.compile(ir.Module.parse(module), devices, options)
+        with upstream_jax.ir_context():
+            return client.compile(upstream_jax.mlir_ir().Module.parse(module), devices, options)
 
 
 def _load_function(reference: bytes | str) -> Any:

@@ -86,7 +86,7 @@ def _break_findings(report: Report, costs: _Costs) -> list[Finding]:
     for (pid, filename, lineno, function, reason), rows in groups.items():
         parts = [costs.compile(pid, cid) for cid in costs.resumed_after(pid, rows[0])]
         totals = tuple(sum(p[i] for p in parts) for i in range(3))
-        code, url = graph_break_code(rows[0].detail)
+        code, url = (rows[0].code, rows[0].url) if rows[0].code else graph_break_code(rows[0].detail)
         found.append(Finding(
             "dynamo-break",
             f"Dynamo graph break: {reason}. {rows[0].suggestion}",

@@ -22,6 +22,7 @@ from xlabridge.diagnostics._build import (
     pod as _pod_report,
     timeline as _timeline,
     timesplit as _timesplit,
+    torch_breaks,
     causes,
 )
 from xlabridge.diagnostics import events as ev
@@ -126,6 +127,23 @@ class _ProcessBuilder:
         self.report.timeline += _timeline.spans(self.events, index)
         self.report.findings += _endings.stall_findings(self.events, self.rule, index)
         _pod_report.add_run_graphs(self.report, self.pid, self.events, self.rule)
+        self._trace_read()
+
+    def _trace_read(self) -> None:
+        """What a process read from torch's structured trace cannot say, and what Dynamo gave up on."""
+        for read in self.of(ev.TraceRead):
+            if TRACE_LIMITS not in self.report.warnings:
+                self.report.warnings.append(TRACE_LIMITS)
+            for failure in read.failures:
+                self.report.findings.append(Finding(
+                    "compile-failure", f"Dynamo gave up compiling {failure}; the frame ran in eager mode",
+                    pid=self.pid))
+            if read.eager_batches:
+                self.report.warnings.append(
+                    f"{read.file}: {read.eager_batches} TorchTPU eager batch(es) (torchtpu_eager_*): eager work, "
+                    "not in this report's graphs")
+            if read.skipped:
+                self.report.warnings.append(f"{read.file}: {read.skipped} line(s) were not records of the trace")
 
     def _where(self, frames: Sequence[ev.Frame]) -> dict[str, Any]:
         frame = self.rule.innermost(frames)
@@ -186,7 +204,7 @@ class _ProcessBuilder:
         for compile_event in self.of(ev.DynamoCompile):
             if compile_event.trigger == "dynamo":
                 tracing[compile_event.compile_id] += compile_event.t - compile_event.start
-        breaks = {e.compile_id: e for e in self.of(ev.GraphBreak)}
+        ended = set()
         for captured in self.of(ev.GraphCaptured):
             path = paths.get(captured.compile_id)
             self.report.dynamo_graphs.append(DynamoGraph(
@@ -195,15 +213,34 @@ class _ProcessBuilder:
                 ends_in_break=captured.ends_in_break, tracing_seconds=tracing.get(captured.compile_id),
                 pid=self.pid, **self._where(self._callers(captured.compile_id) + captured.frames),
             ))
-            graph_break = breaks.get(captured.compile_id)
-            if captured.ends_in_break and graph_break is not None:
+            if captured.ends_in_break:
+                ended.add(captured.compile_id)
+        # Each break as torch recorded it; a graph ending in a break torch's record was not seen for
+        # (an older log, a torch that records none) keeps the reason its backend was handed.
+        logged = {e.compile_id for e in self.of(ev.TorchBreak)}
+        for record in self.of(ev.TorchBreak):
+            self._torch_break(record, record.compile_id in ended)
+        for graph_break in self.of(ev.GraphBreak):
+            if graph_break.compile_id in ended and graph_break.compile_id not in logged:
                 cause = causes.classify_dynamo_break(graph_break.reason)
                 self.report.dynamo_breaks.append(DynamoBreak(
                     reason=causes.first_line(graph_break.reason), category=cause.category,
                     suggestion=cause.suggestion, detail=graph_break.reason.strip(),
-                    compile_id=captured.compile_id, pid=self.pid,
-                    **self._where(self._callers(captured.compile_id) + graph_break.frames),
+                    compile_id=graph_break.compile_id, pid=self.pid,
+                    **self._where(self._callers(graph_break.compile_id) + graph_break.frames),
                 ))
+
+    def _torch_break(self, record: ev.TorchBreak, ends_graph: bool) -> None:
+        text = torch_breaks.parse(record.text)
+        cause = causes.classify_dynamo_break(text.reason)
+        frames = list(text.frames) or ([text.location] if text.location else [])
+        where = self._where(frames if text.frames else self._callers(record.compile_id) + frames)
+        self.report.dynamo_breaks.append(DynamoBreak(
+            reason=text.gb_type or causes.first_line(text.reason), category=cause.category,
+            suggestion=cause.suggestion, detail=text.reason, compile_id=record.compile_id, pid=self.pid,
+            code=text.code, url=text.url, explanation=text.explanation, hints=list(text.hints), source="torch",
+            ends_graph=ends_graph, **where,
+        ))
 
     def _recompiles(self) -> None:
         callers = {e.compile_id: e.caller_frames for e in self.of(ev.DynamoCompile) if e.trigger == "dynamo"}
@@ -311,6 +348,14 @@ class _ProcessBuilder:
                 graph=graphs[0] if graphs else None,
             ))
 
+
+TRACE_LIMITS = (
+    "read from torch's structured trace (TORCH_TRACE), not observed: it holds Dynamo's graphs, graph breaks, "
+    "recompiles and compile times, and TorchTPU's partitions; it holds no execution times and no wall time of "
+    "the process (no time split, no calls on the timeline), no XLA compile times outside TorchTPU, and no HLO "
+    "lowering breaks of torch_xla (its bridge does not write to the trace: run under `xlabridge report` for them)"
+)
+"""What a report read from a trace cannot say, said once as a warning."""
 
 _PROGRAMS = (ev.SegmentKind.XLA, ev.SegmentKind.COLLECTIVE)
 """Segments compiled as XLA programs (a TorchTPU collective is one of its own)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from pathlib import Path
 
 from xlabridge.diagnostics import events as ev
@@ -25,6 +26,19 @@ from xlabridge.diagnostics._observe.probes import Installation
 def log_path(directory: str | os.PathLike[str], pid: int) -> Path:
     """Where process ``pid`` writes its events: ``events-<pid>.jsonl`` in ``directory``."""
     return Path(directory) / f"events-{pid}.jsonl"
+
+
+def _write_trace_rows(recorder: _recorder.Recorder) -> None:
+    """This process's HLO-lowering rows into torch's trace, where ``TORCH_TRACE`` is set (the command
+    appends the rest after the run: ``_trace_artifacts``)."""
+    from xlabridge._upstream import torch as upstream_torch
+
+    if "torch" not in sys.modules or not upstream_torch.structured_trace_on():
+        return
+    from xlabridge.diagnostics import _trace_artifacts
+    from xlabridge.diagnostics._build.report import build_report
+
+    _trace_artifacts.write(build_report(recorder.events), (_trace_artifacts.HLO_LOWERING,))
 
 
 def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool = False,
@@ -67,6 +81,7 @@ def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool =
         _session.stop(recorder, ended=stamp, ending=ev.Ending.EXIT, exception=exception, frames=frames)
         _recorder.safely("signals", "handing the signals back", _ending.uninstall)
         _recorder.safely("diagnostics", "closing the event log", recorder.close)
+        _recorder.safely("diagnostics", "writing xlabridge's rows into torch's trace", _write_trace_rows, recorder)
 
     _recorder.safely("signals", "listening for SIGTERM and SIGINT", _ending.install, die)
     # kept to the end: a launcher waits for its ranks in its own exit handlers, which run before this one's

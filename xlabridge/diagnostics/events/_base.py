@@ -47,6 +47,8 @@ class EventType(str, enum.Enum):
     PROCESS_EXIT = "process_exit"
     STALL = "stall"
     STALL_END = "stall_end"
+    TORCH_BREAK = "torch_break"
+    TRACE_READ = "trace_read"
 
 
 class ProbeState(str, enum.Enum):

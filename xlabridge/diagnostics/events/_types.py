@@ -89,6 +89,32 @@ class GraphBreak(Event):
 
 
 @dataclasses.dataclass(kw_only=True)
+class TorchBreak(Event):
+    """A graph break as torch itself records it: one ``dynamo_graph_break_reason`` artifact of its
+    structured trace (what ``TORCH_LOGS=graph_breaks`` prints and tlparse lists), with its type,
+    explanation, hints, graph-break code and user stack in the text."""
+
+    type: ClassVar[EventType] = EventType.TORCH_BREAK
+    compile_id: str = _field("Dynamo's compile id (``frame/recompile``) the break was logged in")
+    text: str = _field("torch's text verbatim, less Dynamo's own Python traceback that it appends")
+    source: str = _field("``process`` (seen in the run) or the ``TORCH_TRACE`` file it was read from", "process")
+
+
+@dataclasses.dataclass(kw_only=True)
+class TraceRead(Event):
+    """The events of this process were read from a ``TORCH_TRACE`` log (``read_trace``), not
+    observed: what such a log holds and what it cannot."""
+
+    type: ClassVar[EventType] = EventType.TRACE_READ
+    file: str = _field("the log file read (``dedicated_log_torch_trace_*.log``)")
+    records: int = _field("records (JSON envelopes) read", 0)
+    skipped: int = _field("lines that were not records of the trace (other logging, damaged lines)", 0)
+    failures: list[str] = _field("compilations Dynamo gave up on (``fail_type: fail_reason at file:line``)",
+                                 factory=list)
+    eager_batches: int = _field("TorchTPU's eager batches recorded (``torchtpu_eager_stablehlo`` artifacts)", 0)
+
+
+@dataclasses.dataclass(kw_only=True)
 class Recompile(Event):
     """Dynamo compiled a frame again (``compile_id`` is ``frame/n`` with ``n > 0``)."""
 
@@ -435,7 +461,8 @@ class FxCode(Event):
 EVENT_CLASSES: dict[EventType, type[Event]] = {
     cls.type: cls
     for cls in (
-        ProcessStart, ProbeStatus, DynamoCompile, GraphCaptured, GraphBreak, Recompile, CompilePath,
+        ProcessStart, ProbeStatus, DynamoCompile, GraphCaptured, GraphBreak, TorchBreak, TraceRead, Recompile,
+        CompilePath,
         BridgeGraph, Partitioned, XlaGraphSeen, XlaCompile, GraphCalled, GraphCalls, Transfer, ProcessEnd,
         TpuCompiled, TpuPass, Imported, Sync, EagerOps,
         LazyGraphSeen, LazyRuns, GraphCollectives, FxCode,

@@ -36,6 +36,8 @@ from xlabridge.diagnostics.report._timeline import Span
 from xlabridge.diagnostics.report._tpu import TpuGraph, TpuView
 
 SCHEMA = "xlabridge.report/4"
+TRACE_SOURCE = "TORCH_TRACE"
+"""``environment["source"]`` of a report read from torch's structured trace (``read_trace``), not observed."""
 _READABLE_SCHEMAS = ("xlabridge.report/2", "xlabridge.report/3", SCHEMA)
 """Schemas ``from_dict`` reads: /3 added the TPU view (``tpu``), /4 the ranked findings' costs and places,
 the timeline, the time split's ``imports``, ``lazy`` and ``transfers`` and the XLA graphs' lines; an older

@@ -42,6 +42,16 @@ class DynamoBreak:
     detail: str = _field("Dynamo's full reason (explanation, hints)", "")
     compile_id: str = _field("compile id of the graph the break ends", "")
     pid: int = _field("process", 0)
+    code: str = _field("torch's graph-break code (``GB0291``): from the page torch names (torch 2.9 and later), "
+                       "else from its registry by the break's type", "")
+    url: str = _field("the page of that code on torch's graph-break site, where torch names one", "")
+    explanation: str = _field("torch's explanation of the break", "")
+    hints: list[str] = _field("torch's hints, in its order", factory=list)
+    source: str = _field("``torch``: as torch itself recorded the break (its structured trace: what "
+                         "``TORCH_LOGS=graph_breaks`` prints); ``backend``: from the graph handed to the backend "
+                         "(``compile_subgraph_reason``), where torch's record was not seen", "backend")
+    ends_graph: bool = _field("a graph Dynamo handed to a backend ends at this break (a break before any op, "
+                              "or one that made Dynamo skip its frame, ends none)", True)
 
 
 @dataclasses.dataclass
@@ -198,7 +208,8 @@ class Finding:
     kind: str = _field("``dynamo-break``, ``recompiles``, ``hlo-break``, ``collective-split``, ``cpu-only-graph``, "
                        "``probe``, ``cache``, "
                        "``compiled-before-observation``, ``tpu-does-not-fit``, ``tpu-refused``, "
-                       "``avoidable-collective``, ``divergence``, ``uneven-compile``, ``stall``, ``process-ended``")
+                       "``avoidable-collective``, ``divergence``, ``uneven-compile``, ``stall``, ``process-ended``, ``compile-failure`` (a frame Dynamo gave "
+                       "up on, read from a trace)")
     message: str = _field("what it means and what to do")
     graph: int | None = _field("``XlaGraph.index`` it is about, if any", None)
     cost_seconds: float | None = _field(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from xlabridge.diagnostics.report._report import TRACE_SOURCE
 from xlabridge.diagnostics.views import _overview as overview
 from xlabridge.diagnostics.views._model import (
     Box,
@@ -214,10 +215,16 @@ def _tpu(report: Report) -> Section | None:
         f"(libtpu's own compile time {seconds(view.compile_seconds)})"
     )
     if any(g.compiler == "torchtpu" for g in report.xla_graphs):
-        section.notes.append(
-            "TorchTPU's graphs were lowered to StableHLO here by torchax and jax.export, not by TorchTPU's own "
-            "lowering (it runs only on a TPU): kernels and HBM are XLA:TPU's for that StableHLO, whose ops can differ "
-            "from TorchTPU's (its Pallas and fused kernels; docs/torchtpu.md)")
+        if report.environment.get("source") == TRACE_SOURCE:
+            section.notes.append(
+                "TorchTPU's graphs were compiled from the StableHLO TorchTPU wrote into its trace "
+                "(torchtpu_stablehlo_graph: its own lowering, on a TPU), by this machine's libtpu: kernels and HBM are "
+                "XLA:TPU's for TorchTPU's program; a partition without it has no row")
+        else:
+            section.notes.append(
+                "TorchTPU's graphs were lowered to StableHLO here by torchax and jax.export, not by TorchTPU's own "
+                "lowering (it runs only on a TPU): kernels and HBM are XLA:TPU's for that StableHLO, whose ops can "
+                "differ from TorchTPU's (its Pallas and fused kernels; docs/guides/torchtpu.md)")
     rows = []
     for g in view.graphs:
         if not g.compiled:

@@ -27,6 +27,7 @@ import torch
 
 from xlabridge.tpu import _lowering
 from xlabridge import _optional
+from xlabridge._upstream import torch_xla as upstream_xla
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +63,6 @@ def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Ten
     The kernel reads and writes each array in XLA:TPU's default layout of it (``_mosaic.plan``):
     the permutes and reshapes around the call only relabel memory, so XLA adds no copy. Where the
     plan leaves an array to relayout, ``MosaicRelayoutWarning`` says so, once per shape."""
-    import torch_xla
-
     from xlabridge.mx._mosaic import rows as _mosaic
 
     p = _mosaic.plan(tuple(x.shape), x.element_size(), block_size, float16=x.dtype == torch.float16)
@@ -76,7 +75,7 @@ def to_mxfp8(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Ten
     stored = x.permute(_mosaic.stored_input_order(p)).reshape(_mosaic.stored_shape(p.shape3, p.rows_minor.x))
     scale3 = p.shape3[:2] + (p.shape3[2] // block_size,)
     payload = _payload(p.shape3, dtype, block_size, rounding, _vmem_bytes(x.device), p.rows_minor)
-    data, scale = torch_xla._XLAC._xla_tpu_custom_call(
+    data, scale = upstream_xla.tpu_custom_call(
         [stored],
         payload,
         [list(_mosaic.stored_shape(p.shape3, p.rows_minor.data)), list(_mosaic.stored_shape(scale3, p.rows_minor.scale))],
@@ -101,7 +100,7 @@ def _warn_relayouts(p, dtype: torch.dtype, generation: str | None) -> None:
         MosaicRelayoutWarning(
             f"xlabridge.mx.to_mxfp8 on TPU {generation or '(generation unknown)'}: an input of shape "
             f"{tuple(p.shape)} and dtype {str(dtype).removeprefix('torch.')} is at least {p.kernel_count} kernels, not 1: "
-            f"{'; '.join(p.relayouts)} (see the README, MXFP8 on TPU)"
+            f"{'; '.join(p.relayouts)} (see docs/guides/mxfp8.md, on TPU)"
         ),
         stacklevel=4,
     )

@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from xlabridge._upstream import torch_xla as upstream_xla
 from xlabridge.mx._mosaic import lowering as _tpu
 
 _TARGET = "tpu_custom_call"
@@ -34,13 +35,11 @@ def takes(x: torch.Tensor, block_size: int, dim: int, both: bool = False) -> boo
 
 def to_mxfp8_dim(x: torch.Tensor, block_size: int, rounding: str, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(data, scale)`` of ``x.movedim(dim, -1)`` from one ``tpu_custom_call`` (lazy)."""
-    import torch_xla
-
     from xlabridge.mx._checks import moved_shape
 
     A, R, B = shape3 = _view_3d(tuple(x.shape), dim)
     payload = _payload("cols", shape3, _tpu._JAX_DTYPES[x.dtype], block_size, rounding)
-    data, scale = torch_xla._XLAC._xla_tpu_custom_call(
+    data, scale = upstream_xla.tpu_custom_call(
         [x.reshape(shape3)], payload, [[A, B, R], [A, B, R // block_size]], [torch.float8_e4m3fn, torch.uint8]
     )
     moved = moved_shape(tuple(x.shape), dim)
@@ -49,13 +48,11 @@ def to_mxfp8_dim(x: torch.Tensor, block_size: int, rounding: str, dim: int) -> t
 
 def to_mxfp8_both(x: torch.Tensor, block_size: int, rounding: str):
     """``(row data, row scale, col data, col scale)`` of ``x`` from one ``tpu_custom_call`` (lazy)."""
-    import torch_xla
-
     shape = tuple(x.shape)
     A, R, B = shape3 = _view_3d(shape, x.dim() - 2)
     payload = _payload("both", shape3, _tpu._JAX_DTYPES[x.dtype], block_size, rounding)
     # the kernel's outputs in pallas_call order: col data, col scale, row data, row scale
-    col_data, col_scale, row_data, row_scale = torch_xla._XLAC._xla_tpu_custom_call(
+    col_data, col_scale, row_data, row_scale = upstream_xla.tpu_custom_call(
         [x.reshape(shape3)],
         payload,
         [[A, B, R], [A, B, R // block_size], [A, R, B], [A, R, B // block_size]],
@@ -84,14 +81,12 @@ def dequantize_takes(data: torch.Tensor, block_size: int, dtype: torch.dtype) ->
 
 def from_mxfp8(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
     """The dequantized tensor from one ``tpu_custom_call`` (lazy)."""
-    import torch_xla
-
     from xlabridge.mx._mosaic import rows as _mosaic
 
     shape3 = _mosaic.as_3d(tuple(data.shape))
     payload = _payload("dequant", shape3, _tpu._JAX_DTYPES[dtype], block_size, "", _tpu._vmem_bytes(data.device))
     scale3 = shape3[:2] + (shape3[2] // block_size,)
-    (values,) = torch_xla._XLAC._xla_tpu_custom_call(
+    (values,) = upstream_xla.tpu_custom_call(
         [data.reshape(shape3), scale.reshape(scale3)], payload, [list(shape3)], [dtype]
     )
     return values.reshape(data.shape)

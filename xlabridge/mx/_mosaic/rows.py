@@ -73,8 +73,8 @@ BLOCK_SIZES = (8, 16, 32, 64, 128)
 """Block sizes the kernel handles: a block must split a chunk's 128 lanes into whole sublane tiles."""
 TILE_BYTES = 2 << 20
 """Input bytes per grid step, at most: the double-buffered input, data and scale tiles then take
-under 7 MiB of VMEM, and a step moves enough bytes that the grid's fixed cost per step (about
-0.35 us, JAX's Pallas TPU guide) stays small."""
+under 7 MiB of VMEM, and a step moves enough bytes that the grid's fixed cost per step (JAX's
+Pallas TPU guide gives it) stays small."""
 MIN_STEPS = 4
 """Grid steps to aim for on small inputs, so that copies in and out overlap the compute (and a
 v4 or v5p chip's two TensorCores both get work)."""
@@ -348,9 +348,9 @@ def _kernel(x_ref, data_ref, scale_ref, codes_ref, *, block_size: int, rounding:
 
 UNROLL = 16
 """Chunks per loop iteration, at most: independent work for libtpu's scheduler to overlap one
-chunk's transposes with another's arithmetic. Static schedule on v5e, bundles per 1024 elements
-(``tools/bench/mx_cast_tpu.py``, libtpu 0.0.23): 7.1 with 8, 6.44 with 16 (v5p 6.08, v6e 8.18,
-v4 28.8 with 16), at about twice the compile time of 8 (1.0 s against 0.5 s for 256 MB on v5e)."""
+chunk's transposes with another's arithmetic. 16 takes fewer bundles per element than 8 in
+libtpu's static schedule (``tools/bench/mx_cast_tpu.py``, docs/benchmarks.md), for about twice
+the compile time; more unrolls a whole span and compiles slower still."""
 
 
 def stored_shape(shape3: tuple[int, int, int], rows_minor: bool) -> tuple[int, int, int]:

@@ -37,24 +37,20 @@ loads' L2 eviction policy); each tile holds whole blocks of up to 32 elements bo
 block sizes take ``_triton.py``'s kernel on a transposed copy)."""
 
 CONFIG = (64, 128, 2, False, True, "evict_last")
-"""The column-wise kernel's config. On the H100 (tools/bench/results/mx_dim1_tune_h100.json and
-the run before it): 0.0395-0.0402 ms at 64 MB, 0.147-0.150 ms at 256 MB, 0.566-0.572 ms at 1 GB;
-in tools/bench/mx_cast.py (results/mx_cast_cols_h100*.json, two runs) 0.0405/0.0414 ms at 64 MB
-and 0.150/0.156 ms at 256 MB, 0.898/0.889 and 0.933/0.915 of the copy's bandwidth. What made
-the difference: the input loads had been marked ``evict_first``, which cost 12% (0.166 ms at 256
-MB), and the compute: the conversion's own saturation and NaN (one multiply per element), 16-bit
-block maxima and one packed store per row for the scale bytes took the instructions per element
-from about 15 to 11 (Nsight Compute, results/mx_dim1_ncu_h100.txt). Other tiles (32-256 rows,
-32-256 columns, 1, 2 or 4 warps): 0.151-0.227 ms.
+"""The column-wise kernel's config: the fastest on the H100 of the tiles, warps and load hints
+``tools/bench/mx_dim1_tune.py`` sweeps (results/mx_dim1_tune.json; docs/benchmarks.md). Loads
+are not marked ``evict_first``: with that hint the same kernel moves the same DRAM bytes at a
+lower share of peak bandwidth (Nsight Compute, results/mx_dim1_profile.txt). The compute uses
+the conversion's own saturation and NaN (one multiply per element), 16-bit block maxima and one
+packed store per row for the scale bytes, the fewest instructions per element tried.
 A Gluon kernel that kept each column block in registers (no shared-memory transpose, the next
-block prefetched; commit e9c6667) ran within 1% of this one, so it was not kept. Nor a persistent
-grid of it (commit 2ddc42d: as many programs as the H100 holds, 132 x 6, sized so that each takes
-the same number of tiles, for the last partial wave at 64 MB): 0.161 ms at 256 MB and 0.0414 ms
-at 64 MB against this config's 0.148 and 0.0400 in the same sweep (results/mx_dim1_persist_h100.json)."""
+block prefetched) ran as fast as this one, so it was not kept; nor was a persistent grid (as
+many programs as the GPU holds, each given the same number of tiles, for the last partial wave
+of mid-sized inputs), which was slower in the same sweep."""
 CONFIG_BOTH = (32, 128, 2, True, True, "evict_last")
-"""The both-layouts kernel's config: 0.228-0.235 ms at 256 MB on the H100, against 0.265-0.268 ms
-with the loads marked ``evict_first`` as they were and 0.234-0.237 ms with 64 x 64 tiles; 1.21-1.61x
-the two separate casts and 1.99-2.68x torchao's compiled ``to_mx`` pair (results/mx_cast_cols_h100.json)."""
+"""The both-layouts kernel's config: on the H100 faster than with the loads marked ``evict_first``
+or with 64 x 64 tiles, and faster than the two separate casts and torchao's compiled ``to_mx``
+pair (results/mx_cast_cols.json; docs/benchmarks.md)."""
 
 
 @functools.cache

@@ -101,7 +101,7 @@ def mxfp8_cast_cols_kernel(
     r = pid_r * TILE_R + tl.arange(0, TILE_R)
     b = pid_b * TILE_B + tl.arange(0, TILE_B)
     mask = (r < R)[:, None] & (b < B)[None, :]
-    # LOAD_EVICT: "evict_first" here cost the H100 kernels 8-18% (tools/bench/results/mx_dim1_tune_h100.json)
+    # LOAD_EVICT: "evict_first" here slowed the H100 kernels (tools/bench/results/mx_dim1_tune.json)
     x = tl.load(x_ptr + a * stride_a + r[:, None] * stride_r + b[None, :] * stride_b, mask=mask, other=0.0,
                 eviction_policy=LOAD_EVICT)
     base = a * B * R

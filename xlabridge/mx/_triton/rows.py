@@ -13,11 +13,10 @@ round-to-nearest-even ``cvt.rn.satfinite.e4m3x2.f32``.
 Why a hand-written kernel rather than torch.compile of torch code: inductor's result depends
 on op order. With the reshape back to x's shape before the fp8 cast it makes two kernels (the
 reduction, then a pointwise pass that reads the input again); with the cast first it fuses one
-persistent-reduction kernel, whose speed then depends on the config its autotuning picks (on
-the H100 with torch 2.11, at 256 MB, for our torchao-style code: 0.33-0.55 ms view-first and
-0.14-0.16 ms cast-first over two runs, once 2.5 ms; 0.144-0.147 ms here,
-tools/bench/results/mx_cast_h100*.json). As a custom op the cast is opaque to inductor, which
-calls this kernel as is.
+persistent-reduction kernel, whose speed then depends on the config its autotuning picks and
+moves from run to run (tools/bench/results/mx_cast.json times both orders beside this kernel).
+As a custom op the cast is opaque to inductor, which calls this kernel as is, whatever the
+caller's op order.
 
 Triton is imported when the first CUDA tensor reaches the cast; the kernel is compiled on its
 first launch for each specialization and cached by Triton's JIT.
@@ -35,7 +34,7 @@ from xlabridge.mx import _constants as C
 _FEATURE = "xlabridge.mx CUDA kernel"
 
 # Blocks per program and warps per program. On an H100 every tile from 32 to 256 blocks with 2-8
-# warps but 32x8 ran within noise (0.142-0.146 ms at 256 MB, tools/bench/results/mx_cast_h100.json).
+# warps but 32x8 ran within noise of this one (tools/bench/mx_cast.py's tile sweep).
 TILE = 128
 NUM_WARPS = 4
 

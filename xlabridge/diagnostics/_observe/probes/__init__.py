@@ -10,8 +10,10 @@ through one mechanism, ``Installation``; every wrapper calls the original it wra
                        intervals) and ``torch._dynamo.utils.get_compilation_metrics()``
                        (recompile reasons): no patch
 ``dynamo.graphs``      graphs handed to a backend: the ``xlabridge`` backend reports its own
-                       through ``xlabridge.diagnostics._api.record_graph``; for other backends a
+                       through ``xlabridge.diagnostics._observe.hooks.record_graph``; for other backends a
                        wrapper of ``OutputGraph.call_user_compiler`` (patch)
+``dynamo.breaks``      ``torch._logging.trace_structured`` (patch): graph breaks as torch records
+                       them (its ``dynamo_graph_break_reason`` artifacts): type, code, hints, stack
 ``xla.helper``         ``torch._dynamo.backends.torchxla.xla_backend_helper`` (patch): the FX
                        graphs torch_xla's bridge compiles, and each call of them
 ``xla.bridge``         torch_xla's ``dynamo_bridge`` partitioning, wrapped only while the bridge

@@ -20,11 +20,11 @@ whose callbacks take no argument gets the compile id from ``CompileContext``).
 
 from __future__ import annotations
 
-import sys
 import time
 import traceback
 from typing import Any
 
+from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics._observe import recorder as _recorder, watchdog
 from xlabridge.diagnostics import events as ev
@@ -60,9 +60,7 @@ def _compile_id(args: tuple[Any, ...]) -> tuple[str, str]:
     if args and hasattr(args[0], "compile_id"):
         trigger = getattr(getattr(args[0], "callback_trigger", None), "name", "DYNAMO")
         return str(args[0].compile_id), trigger.lower()
-    import torch._guards
-
-    return str(torch._guards.CompileContext.current_compile_id()), "dynamo"
+    return str(upstream_torch.current_compile_id()), "dynamo"
 
 
 def _caller_frames() -> list[ev.Frame]:
@@ -125,9 +123,7 @@ watchdog.report_state(_under_way)
 
 
 def _metrics_records() -> list[Any]:
-    from torch._dynamo.utils import get_compilation_metrics
-
-    return list(get_compilation_metrics())
+    return upstream_torch.compilation_metrics()
 
 
 def drain() -> None:
@@ -168,7 +164,7 @@ def ensure() -> None:
     """Register the callbacks again if ``torch._dynamo.reset()`` cleared them."""
     if not _STATE.registered:
         return
-    handler = sys.modules["torch._dynamo"].callback_handler
+    handler = upstream_torch.dynamo_callback_handler()
     if _on_start not in handler.start_callbacks:
         handler.register_start_callback(_on_start)
     if _on_end not in handler.end_callbacks:
@@ -176,9 +172,7 @@ def ensure() -> None:
 
 
 def install(installation: Installation) -> None:
-    import torch._dynamo
-
-    handler = torch._dynamo.callback_handler
+    handler = upstream_torch.dynamo_callback_handler()
     _metrics_records()  # the metrics surface must exist too
     _STATE.read.update(_key(record) for record in _metrics_records())
     installation.register(handler.register_start_callback, handler.remove_start_callback, _on_start)

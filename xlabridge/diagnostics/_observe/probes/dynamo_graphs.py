@@ -3,14 +3,14 @@
 What ``torch._dynamo.explain`` counts is what its backend receives: each graph, and the
 ``compile_subgraph_reason`` Dynamo attaches to it (``graph_break``, ``reason``, ``user_stack``).
 A backend therefore sees it all, and the ``xlabridge`` backend reports its graphs itself
-through ``xlabridge.diagnostics._api.record_graph`` (``record`` here).
+through ``xlabridge.diagnostics._observe.hooks.record_graph`` (``record`` here).
 
 For graphs compiled by other backends (``openxla``...), ``OutputGraph.call_user_compiler`` is
 wrapped: it is the call that hands a graph to whatever backend was chosen. This stays a patch
 because nothing else gives the fact: the structured trace (``torch._logging``) carries the same
 graphs and break reasons, but a handler on it makes torch build every payload of every event
-(graph dumps, tensor descriptions, inductor configs: measured +18% on GPT-2's first training
-call here); the ``graph_breaks`` log channel can only be turned on with torch's own handlers,
+(graph dumps, tensor descriptions, inductor configs: work on every compilation that observing
+must not add); the ``graph_breaks`` log channel can only be turned on with torch's own handlers,
 which then print to the user's stderr; compilation metrics carry no break location. The
 wrapper calls the original and records nothing for a graph its backend reported itself.
 Checked on torch 2.8.0, 2.9.0 and 2.15.0 (``call_user_compiler(self, gm, example_inputs)``).
@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics._observe import recorder as _recorder
 from xlabridge.diagnostics import events as ev
@@ -44,7 +45,7 @@ _SELF_REPORTED: set[str] = set()
 
 
 def current_compile_id() -> str:
-    compile_id = torch._guards.CompileContext.current_compile_id()
+    compile_id = upstream_torch.current_compile_id()
     return "" if compile_id is None else str(compile_id)
 
 
@@ -86,12 +87,9 @@ def record(gm: torch.fx.GraphModule, backend: str) -> None:
 
 
 def _backend_name(compiler_fn: Any) -> str:
-    from torch._dynamo.backends import registry
-
-    original = compiler_fn
-    for attribute in ("_torchdynamo_orig_backend", "compiler_fn"):
-        original = getattr(original, attribute, original)
-    for name, fn in registry._COMPILER_FNS.items():
+    original = upstream_torch.original_backend(compiler_fn)
+    original = getattr(original, "compiler_fn", original)
+    for name, fn in upstream_torch.dynamo_backends().items():
         if fn is original:
             return name
     return getattr(original, "__name__", type(original).__name__)
@@ -119,6 +117,4 @@ def _wrap_call_user_compiler(original: Any) -> Any:
 
 
 def install(installation: Installation) -> None:
-    from torch._dynamo import output_graph
-
-    installation.replace(output_graph.OutputGraph, "call_user_compiler", _wrap_call_user_compiler)
+    installation.replace(upstream_torch.output_graph(), "call_user_compiler", _wrap_call_user_compiler)

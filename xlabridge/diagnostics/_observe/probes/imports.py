@@ -1,8 +1,8 @@
 """How long the heavy packages took to import while observed, and a hook for the probes that
 wait for a package (the sync probe waits for torch_xla).
 
-Importing torch_xla pulls in torch's Dynamo and inductor (2.7 s of the bundled demo's 11 s on
-PJRT CPU); transformers, torchvision and JAX cost seconds too. Under ``xlabridge report`` the
+Importing torch_xla pulls in torch's Dynamo and inductor (a large share of a short run such as
+the bundled demo); transformers, torchvision and JAX are heavy too. Under ``xlabridge report`` the
 observation starts before the script runs, so that time lies inside the observed wall time and,
 unmeasured, lands in "other".
 

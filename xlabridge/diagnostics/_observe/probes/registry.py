@@ -18,6 +18,7 @@ from xlabridge.diagnostics._observe.probes import (
     ProbeInfo,
     Status,
     status as _status,
+    dynamo_breaks,
     dynamo_compiles,
     dynamo_graphs,
     imports,
@@ -30,12 +31,12 @@ from xlabridge.diagnostics._observe.probes import (
 )
 
 PROBES: tuple[ProbeInfo, ...] = (
-    imports.INFO, dynamo_compiles.INFO, dynamo_graphs.INFO, xla_helper.INFO, xla_bridge.INFO, xla_sync.INFO,
+    imports.INFO, dynamo_compiles.INFO, dynamo_graphs.INFO, dynamo_breaks.INFO, xla_helper.INFO, xla_bridge.INFO, xla_sync.INFO,
     xla_metrics.INFO, xla_eager.INFO, torchtpu.INFO,
 )
 """Every probe, in the order the report lists them."""
 
-_INSTALLED_AT_START = (imports, dynamo_compiles, dynamo_graphs, xla_helper, xla_sync, torchtpu)
+_INSTALLED_AT_START = (imports, dynamo_compiles, dynamo_graphs, dynamo_breaks, xla_helper, xla_sync, torchtpu)
 """Probes installed when observation starts, in this order (the sync and TorchTPU probes wait on the
 import probe's hook); the bridge's are installed per extraction."""
 
@@ -96,6 +97,9 @@ def cross_check(events: Sequence[ev.Event]) -> None:
     if missing and dynamo_graphs.INFO.name not in not_yet:
         silent(dynamo_graphs.INFO, f"graphs of compile ids {', '.join(missing)} reached torch_xla's bridge, "
                "but no Dynamo graph was recorded for them")
+    if any(e.ends_in_break for e in of(ev.GraphCaptured)) and not of(ev.TorchBreak) \
+            and dynamo_breaks.INFO.name not in not_yet:
+        silent(dynamo_breaks.INFO, "graphs ended in graph breaks, but torch recorded none through trace_structured")
     untimed = sorted(captured - timed)
     if untimed and dynamo_compiles.INFO.name not in not_yet:
         silent(dynamo_compiles.INFO, f"Dynamo compiled {', '.join(untimed)} without its compile callbacks running")

@@ -55,6 +55,7 @@ def expectations(
     graphs = of(ev.GraphCaptured)
     need("dynamo.graphs", any(g.backend != "xlabridge" for g in graphs), "no graph of another backend")
     need("dynamo.graphs", bool(of(ev.GraphBreak)), "no graph break")
+    need("dynamo.breaks", bool(of(ev.TorchBreak)), "no graph break as torch records it")
     if with_xla:
         need("dynamo.graphs", any(g.backend == "xlabridge" for g in graphs), "no graph of the xlabridge backend")
         bridged = of(ev.BridgeGraph)
@@ -130,6 +131,7 @@ class Run:
         # the child writes neither a report of its own nor into this process's capture
         env = without_capture(os.environ)
         env.pop(_env.REPORT_DIR, None)
+        env.pop(_env.TORCH_TRACE, None)  # its compiles are not the user's: they stay out of the user's trace
         env[_env.PJRT_DEVICE] = "CPU"
         self._child = subprocess.Popen(
             [sys.executable, "-c", "from xlabridge.diagnostics._observe.probes import selftest_child; selftest_child.main()"],

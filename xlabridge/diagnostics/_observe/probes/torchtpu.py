@@ -15,7 +15,7 @@ no per-partition inputs, stacks or timing: so four names are wrapped, each calli
 * ``TpuBackend._compile_graph_module``: one forward or backward graph, its partitions, its time;
 * ``_SplitCompiledExecutable.__call__``: the calls of each observed graph;
 * without a TPU only (``stand_in()``): ``StaticCompiler._compile`` returns a runner of the
-  partition on the CPU instead of lowering it (``fx_to_mlir`` needs a chip: docs/torchtpu.md),
+  partition on the CPU instead of lowering it (``fx_to_mlir`` needs a chip: docs/guides/torchtpu.md),
   ``mark_embedded_constants.apply`` is skipped (it moves constants to the ``tpu`` device,
   which FakeTensor propagation beside CPU inputs then refuses), and ``TpuBackend.__call__``
   traces attention in its math form (``with_math_attention``). Without a TPU TorchTPU's backend
@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from xlabridge._upstream import torch_tpu as upstream_tpu
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics._observe import recorder as _recorder, tally as _tally, watchdog
 from xlabridge.diagnostics import events as ev
@@ -264,20 +265,20 @@ def write_graphs(recorder: _recorder.Recorder, lower: Callable[[Partition], str]
 def install(installation: Installation) -> None:
     def patch(torch_tpu: ModuleType) -> None:
         try:
-            from torch_tpu._internal.compile import _backend, compiler, split_compiler
-            from torch_tpu._internal.compile.dynamic import dynamic_compiler
-            from torch_tpu._internal.compile.fx_passes import mark_embedded_constants
+            _backend, executable = upstream_tpu.compile_backend(), upstream_tpu.split_executable()
+            mark_embedded_constants = upstream_tpu.embedded_constants_pass()
+            compilers = (upstream_tpu.static_compiler(), upstream_tpu.dynamic_compiler())
 
             installation.replace(_backend, "make_backend_compiler", _wrap_make_backend_compiler)
             installation.replace(_backend.TpuBackend, "_compile_graph_module", _wrap_compile_graph_module)
-            installation.replace(split_compiler._SplitCompiledExecutable, "__call__", _wrap_executable_call)
+            installation.replace(executable, "__call__", _wrap_executable_call)
             if stand_in():
                 skip_tpu_metadata_query()  # before the program's first backward()
                 installation.replace(mark_embedded_constants, "apply", lambda _original: keep_constants)
                 installation.replace(_backend.TpuBackend, "__call__", with_math_attention)
             # the seam observe_compiler relies on: the compilers' __call__ with these parameters
             wanted = {"graph_module", "example_inputs", "is_fwd", "module_name"}
-            for cls in (compiler.StaticCompiler, dynamic_compiler.DynamicCompiler):
+            for cls in compilers:
                 missing = wanted - set(inspect.signature(cls.__call__).parameters)
                 if missing:
                     _status.unavailable(INFO, f"{cls.__name__}.__call__ has no parameter(s) {sorted(missing)}")

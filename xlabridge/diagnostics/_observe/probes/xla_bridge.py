@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from xlabridge._upstream import torch as upstream_torch, torch_xla as upstream_xla
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics._observe import recorder as _recorder
 from xlabridge.diagnostics import events as ev
@@ -53,7 +54,7 @@ INFO = ProbeInfo(
 
 def op_name(target: Any) -> str:
     """``aten::exp2`` for an aten op, the callable's or method's name otherwise."""
-    schema = getattr(target, "_schema", None)
+    schema = upstream_torch.op_schema(target)
     if schema is not None:
         return schema.name
     if isinstance(target, str):
@@ -206,9 +207,7 @@ def _fx_code(extraction: Extraction, gm: torch.fx.GraphModule) -> None:
 def _save_hlo(extraction: Extraction, tensors: Any, number: int) -> str | None:
     if not extraction.capture:
         return None
-    import torch_xla
-
-    proto = torch_xla._XLAC._get_xla_tensors_hlo_proto(list(tensors))
+    proto = upstream_xla.tensors_hlo_proto(list(tensors))
     name = None
     for recorder in extraction.capture:
         path, name = recorder.hlo_path(f"{_recorder.stamp()['pid']}-g{extraction.graph}-{number}.hlo.pb")
@@ -217,9 +216,9 @@ def _save_hlo(extraction: Extraction, tensors: Any, number: int) -> str | None:
 
 
 def _install_window(installation: Installation, extraction: Extraction) -> None:
-    import torch_xla
     import torch_xla.core.dynamo_bridge as core_bridge
-    from torch_xla._dynamo import dynamo_bridge
+
+    dynamo_bridge = upstream_xla.dynamo_bridge()
 
     def wrap_extract_compiled_graph(original: Any) -> Any:
         def extract_compiled_graph(xla_model: Any, xla_args: Any, *args: Any, **kwargs: Any) -> Any:
@@ -272,7 +271,7 @@ def _install_window(installation: Installation, extraction: Extraction) -> None:
     installation.replace(core_bridge, "extract_compiled_graph", wrap_extract_compiled_graph)
     installation.replace(dynamo_bridge, "UnsupportedNodesCollector", wrap_collector)
     installation.replace(dynamo_bridge, "extract_internal", wrap_extract_internal)
-    installation.replace(torch_xla._XLAC, "_get_graph_hash", wrap_graph_hash)
+    installation.replace(upstream_xla.xlac(), "_get_graph_hash", wrap_graph_hash)
 
 
 _EXTRACTING = [0]
@@ -307,14 +306,13 @@ def window(extraction: Extraction) -> Iterator[bool]:
 
 def check() -> None:
     """Raise if the names the window wraps are gone (run when torch_xla is imported)."""
-    import torch_xla
     import torch_xla.core.dynamo_bridge as core_bridge
-    from torch_xla._dynamo import dynamo_bridge
 
+    dynamo_bridge = upstream_xla.dynamo_bridge()
     for owner, name in (
         (core_bridge, "extract_compiled_graph"),
         (dynamo_bridge, "UnsupportedNodesCollector"),
         (dynamo_bridge, "extract_internal"),
-        (torch_xla._XLAC, "_get_graph_hash"),
+        (upstream_xla.xlac(), "_get_graph_hash"),
     ):
         getattr(owner, name)

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics._observe import recorder as _recorder, tally as _tally, watchdog
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, xla_bridge, xla_metrics
@@ -181,6 +182,4 @@ def _wrap_helper(original: Any) -> Any:
 
 
 def install(installation: Installation) -> None:
-    from torch._dynamo.backends import torchxla
-
-    installation.replace(torchxla, "xla_backend_helper", _wrap_helper)
+    installation.replace(upstream_torch.torchxla_backends(), "xla_backend_helper", _wrap_helper)

@@ -15,7 +15,7 @@ The one place that says which metric means what, for the report and for ``compar
   ``InboundData`` / ``OutboundData`` their bytes;
 * ``aten::*`` counters the ops that ran through torch_xla's CPU fallback.
 
-Reading a metric copies its last 1024 samples into Python (up to ~160 us), so the probes read
+Reading a metric copies its last 1024 samples into Python (far dearer than a counter), so the probes read
 full snapshots only around the first calls of each graph, and the cheap counter otherwise.
 Nothing here imports torch_xla: a process that has not imported it has no metrics to read.
 """

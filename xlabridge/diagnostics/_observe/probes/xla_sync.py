@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
+from xlabridge._upstream import torch_xla as upstream_xla
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics._observe import recorder as _recorder, tally as _tally, watchdog
 from xlabridge.diagnostics import events as ev
@@ -182,7 +183,7 @@ def install(installation: Installation) -> None:
             # and so is torch_xla's wait for the last steps when the process exits (its atexit
             # handler, registered after observation began, runs before observation ends)
             installation.replace(torch_xla.core.xla_model, "wait_device_ops", _waiting(WAIT))
-            installation.replace(torch_xla._XLAC, "_prepare_to_exit", _waiting(EXIT))
+            installation.replace(upstream_xla.xlac(), "_prepare_to_exit", _waiting(EXIT))
         except AttributeError as error:  # a torch_xla without these names
             _status.unavailable(INFO, f"{type(error).__name__}: {error}")
 

@@ -1,0 +1,564 @@
+"""Writes ``docs/benchmarks.md`` from the results files in ``tools/bench/results/``.
+
+Each benchmark keeps one results file, its latest run, named after the benchmark (the script
+writes that name by default); this module renders what each measures, its ratios against the
+baseline measured in the same run, and the machine and versions it ran on. TPU figures are
+compiled by libtpu's compile-only client, never run, and say so.
+
+    python tools/bench/summarize.py            # rewrites docs/benchmarks.md
+    python tools/bench/summarize.py --check    # exits 1 if docs/benchmarks.md is stale
+
+``tests/docs/test_benchmarks_page.py`` fails when the page differs from ``render()`` or when a
+results file has no section here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "tools" / "bench" / "results"
+PAGE = ROOT / "docs" / "benchmarks.md"
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    results: str
+    script: str
+    title: str
+    measures: str
+    render: Callable[[dict], list[str]]
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def _table(head: list[str], rows: list[list[object]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return out + [""]
+
+
+def _x(ratio: float | None, digits: int = 2) -> str:
+    return "-" if ratio is None else f"{ratio:.{digits}f}×"
+
+
+def _pct(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction * 100:+.1f}%"
+
+
+def _s(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.2f} s"
+
+
+def _time(ms: float) -> str:
+    return f"{ms * 1000:.1f} µs" if ms < 0.1 else f"{ms:.3f} ms"
+
+
+def _load_average(data: dict) -> str:
+    before, after = data.get("load_average_before"), data.get("load_average_after")
+    if not before:
+        return ""
+    return f"; load average {before[0]:.1f} before, {after[0]:.1f} after" if after else f"; load average {before[0]:.1f}"
+
+
+# -- the CPU benchmarks -------------------------------------------------------------------------
+
+
+def _compile_time(data: dict) -> list[str]:
+    rows = []
+    for model, m in data["models"].items():
+        med = m["median_first_call_s"]
+        rows.append([model, _s(med["openxla"]), _s(med["xlabridge"]), _x(m["xlabridge_vs_openxla"]),
+                     f"{m['xla_compiles']['openxla']} / {m['xla_compiles']['xlabridge']}"])
+    return [
+        f"Ran on PJRT {data['pjrt_device']}, {data['cpus']} CPUs{_load_average(data)}; torch {data['torch']}, "
+        f"torch_xla {data['torch_xla']}; medians of {data['repeats']} fresh processes per configuration.",
+        "",
+        *_table(["model", "openxla", "xlabridge (forward-only)", "xlabridge / openxla", "XLA compiles (openxla / xlabridge)"], rows),
+    ]
+
+
+def _compile_time_tpu(data: dict) -> list[str]:
+    rows = []
+    for model, m in data["models"].items():
+        tpu, cpu = m["median_tpu_compile_s"], m.get("median_cpu_xla_compile_s") or {}
+        rows.append([model, "yes" if m["identical_graphs"] else "no", _s(tpu["aot_autograd"]), _s(tpu["forward_only"]),
+                     _x(m["tpu_forward_only_vs_aot_autograd"]), _s(cpu.get("aot_autograd")), _s(cpu.get("forward_only")),
+                     _x(m.get("cpu_forward_only_vs_aot_autograd"))])
+    return [
+        f"**{data['label']}** (jax {data['jax']}). {data['cpus']} CPUs{_load_average(data)}; medians of "
+        f"{data['repeats']}. XLA:CPU columns: {data['cpu_figures']}.",
+        "",
+        *_table(["model", "same graphs on both paths", "XLA:TPU AOTAutograd", "XLA:TPU forward-only", "forward-only / AOTAutograd",
+                 "XLA:CPU AOTAutograd", "XLA:CPU forward-only", "forward-only / AOTAutograd"], rows),
+    ]
+
+
+def _diagnostics_overhead(data: dict) -> list[str]:
+    rows = []
+    for model, m in data["models"].items():
+        rows.append([model, _pct(m["steady_overhead"]), _pct(m["control_difference"]), _pct(m["first_call_overhead"]),
+                     f"{m['bookkeeping_share_of_step'] * 100:.2f}%"])
+    return [
+        f"Ran on {data['machine']}; torch {data['torch']}; {data['repeats']} runs of {data['steps']} steps. Steady "
+        "state is paired: one process trains an openxla copy and an observed xlabridge copy, alternating steps; "
+        "the A/A control pairs two plain openxla copies the same way, so it shows what the pairing itself "
+        "measures.",
+        "",
+        *_table(["model", "steady state, observed vs openxla", "A/A control", "first call", "observer's bookkeeping, share of a step"], rows),
+    ]
+
+
+def _pod_capture_overhead(data: dict) -> list[str]:
+    rows = [[name, _x(c["steady_ratio"]), _x(c["first_ratio"])] for name, c in data["configurations"].items()]
+    return [
+        f"Ran on {data['machine']}; {data['devices']} devices; {data['model']}; {data['repeats']} rounds of "
+        f"{data['steps']} steps; each ratio against the plain run of the same round.",
+        "",
+        *_table(["capture", "per step vs plain", "first step vs plain"], rows),
+    ]
+
+
+def _autocast_dispatch(data: dict) -> list[str]:
+    rows = []
+    for op, o in data["ops"].items():
+        rows.append([f"`{op}`", o["policy"], o["baseline"], _x(o["cpp_over_baseline"]), _x(o["python_over_cpp"]),
+                     "yes" if o["like_for_like"] else "no (the baseline casts nothing)"])
+    return [
+        f"Ran on {data['machine']}; torch {data['torch']}, torch_xla {data['torch_xla']}; {data['what']}; "
+        f"{data['calls']} calls, fastest of {data['repeats']} repeats.",
+        "",
+        *_table(["op", "policy", "baseline", "C++ kernel / baseline", "Python kernel / C++ kernel", "like for like"], rows),
+    ]
+
+
+def _torch_xla_examples(data: dict) -> list[str]:
+    rows, tpu = [], []
+    for name, e in data["examples"].items():
+        shares = e["shares"]
+        rows.append([f"`{name}`", _s(e["wall_seconds"]), f"{shares['other'] * 100:.1f}%", e["rows"], e["rows_without_a_line"]])
+        for row in (e.get("real_size") or {}).get("tpu", []):
+            tpu.append([f"`{name}`", row["line"], row["kernels"], f"{row['hbm_gib']:.2f} GiB", "yes" if row["fits"] else "no",
+                        _s(row["compile_seconds"])])
+    return [
+        data["what"],
+        "",
+        f"xlabridge: {data['xlabridge']}.",
+        "",
+        *_table(["example (shrunk)", "wall", "\"other\" share", "graph rows", "rows without a user line"], rows),
+        f"Their TPU view at their own size (`--compile-only`), **compiled for TPU v5e (v5e:2x2) by libtpu "
+        f"{re.search(r'by libtpu ([0-9.]+)', data['what'])[1]}, not run**:",
+        "",
+        *_table(["example", "graph (its line)", "kernels", "HBM per chip", "fits", "libtpu compile"], tpu),
+    ]
+
+
+# -- the MX benchmarks --------------------------------------------------------------------------
+
+
+def _mx_cast(data: dict) -> list[str]:
+    t = data["torch"]
+    rows = []
+    for s in t["sizes"]:
+        if "torchao_floor" not in s:
+            continue  # a float32 input timed against the copy alone
+        floor, rceil = s["xlabridge_cuda"], s["xlabridge_cuda_rceil"]
+        rows.append([f"{s['size_MB']} MB", f"{s['copy']['GBps']:.0f} GB/s", f"{floor['GBps']:.0f} GB/s ({_time(floor['ms'])})",
+                     _x(floor["ms_vs_torchao_floor"]), f"{rceil['GBps']:.0f} GB/s", _x(rceil["ms_vs_torchao_rceil"]),
+                     _x(floor["speedup_vs_view_first"]), f"{s['torchao_floor']['GBps']:.0f} / {s['torchao_rceil']['GBps']:.0f} GB/s"])
+    agreement = [[mode, a["blocks"], a["xlabridge_vs_spec"]["differing_blocks"], a["torchao_vs_spec"]["differing_blocks"],
+                  ", ".join(f"{k} {v}" for k, v in a["torchao_vs_spec"]["by_kind"].items())]
+                 for mode, a in t.get("agreement_with_torchao", {}).items()]
+    jax_rows = []
+    for size in data["jax"]["sizes"]:
+        by_variant = {r["variant"]: r for r in size["rows"]}
+        copy, plain = by_variant.get("copy"), by_variant.get("two_pass")
+        pallas = by_variant.get("pallas")
+        if copy and plain and pallas:
+            jax_rows.append([f"{copy['size_MB']} MB", f"{copy['GBps']:.0f} GB/s", f"{plain['kernel_count']}",
+                             f"{plain['GBps']:.0f} GB/s", f"{pallas['kernel_count']}", f"{pallas['GBps']:.0f} GB/s",
+                             f"{pallas['vs_copy']:.2f}"])
+    jax_version = data["jax"]["sizes"][0]["jax"]
+    jax_run = data.get("jax_run")
+    out = [
+        f"Ran on an {t['device']}; torch {t['torch']}, Triton {t['triton']}, torchao {t['torchao']}, jax {jax_version}; "
+        f"xlabridge at {data['commit']}; GPU time from CUDA-graph replays; bf16 `[M, 8192]`. Ratios are of times "
+        "in the same run: xlabridge's time over torchao's (below 1: xlabridge faster), and the speed-up over "
+        "`torch.compile` of the view-first formulation.",
+        "",
+        *_table(["input", "copy", "xlabridge floor", "time vs torchao FLOOR", "xlabridge rceil", "time vs torchao RCEIL",
+                 "speed-up vs torch.compile", "torchao FLOOR / RCEIL"], rows),
+    ]
+    if agreement:
+        out += ["Bytes on seeded blocks with special values (NaN, ±Inf, subnormals, zeros, saturation, ties), against "
+                "the NumPy spec model:", "",
+                *_table(["rounding", "blocks", "xlabridge differs from the spec", "torchao differs from the spec",
+                         "torchao's differing blocks, by kind"], agreement)]
+    if jax_rows:
+        rerun = f" (from the run at {jax_run['commit']}: {jax_run['note']})" if jax_run else ""
+        out += [f"XLA:GPU through JAX, kernel durations from CUPTI, against a JAX copy timed the same way{rerun}:", "",
+                *_table(["input", "JAX copy", "plain ops: kernels", "plain ops", "Pallas kernel: kernels", "Pallas kernel",
+                         "Pallas vs copy"], jax_rows)]
+    return out
+
+
+def _mx_cast_cols(data: dict) -> list[str]:
+    t = data["torch"]
+    c = t["cols"]
+    rows = []
+    for s in c["sizes"]:
+        rows.append([f"{s['size_MB']} MB", _time(s["copy"]["ms"]), _time(s["dim1"]["ms"]), f"{s['dim1']['vs_copy']:.2f}",
+                     _x(s["dim1"].get("speedup_vs_torchao_dim1_compiled")), _time(s["both"]["ms"]),
+                     _x(s["both"].get("speedup_vs_separate")), _x(s["both"].get("speedup_vs_torchao_both_compiled"))])
+    return [
+        f"Ran on an {t['device']}; torch {t['torch']}, Triton {t['triton']}, torchao {c['torchao']}; xlabridge at "
+        f"{data['commit']}; GPU time from CUDA-graph replays; bf16 `[M, 8192]`; bytes counted as input + outputs. "
+        "\"vs copy\" is the cast's bandwidth over the copy's, timed in the same run; speed-ups are time ratios "
+        f"in the same run. torchao's own Triton dim1 kernel: {c['torchao_triton_dim1']}.",
+        "",
+        *_table(["input", "copy", "`to_mxfp8(x, dim=0)`", "vs copy", "speed-up vs torchao `to_mx(x.t())` compiled",
+                 "`to_mxfp8_both(x)`", "speed-up vs two casts", "speed-up vs torchao both compiled"], rows),
+    ]
+
+
+def _mx_cast_tpu(data: dict) -> list[str]:
+    rows = []
+    for r in data["summary"]:
+        rows.append([r["generation"], f"{r['size_MB']} MB", r["two_pass"]["kernels"], _x(r["two_pass"]["bytes_vs_ideal"], 1),
+                     r["recompute"]["kernels"], _x(r["recompute"]["bytes_vs_ideal"], 1), r["mosaic"]["kernels"],
+                     _x(r["mosaic"]["bytes_vs_ideal"], 2)])
+    sched = [[g, f"{s['bundles_per_1024_elements']:.2f}", f"{s['unit_bound_bundles_per_1024_elements']['VALU']:.2f}",
+              f"{s['unit_bound_bundles_per_1024_elements']['XLU']:.2f}"] for g, s in data.get("static_schedule", {}).items()]
+    out = [
+        f"**Compiled for TPU v4, v5e, v5p and v6e by libtpu {data['libtpu']}, not run** (jax {data['jax']}; xlabridge at "
+        f"{data['commit']}). bf16 input, K = 8192. Bytes are against the ideal traffic (the input read once, the "
+        "float8 data and the scale bytes written once): XLA's cost analysis for the plain formulations, the "
+        "executable's buffers for the Mosaic kernel.",
+        "",
+        *_table(["TPU", "input", "`two_pass` kernels", "bytes vs ideal", "`recompute` kernels", "bytes vs ideal",
+                 "Mosaic kernels", "bytes vs ideal"], rows),
+    ]
+    if sched:
+        out += ["The Mosaic kernel's vector work, from libtpu's static schedule of its inner loop (VLIW bundles per "
+                "1024 elements; the VALU and XLU columns are the least each unit needs):", "",
+                *_table(["TPU", "bundles", "VALU bound", "XLU bound"], sched)]
+    return out
+
+
+def _mx_dim1_tune(data: dict) -> list[str]:
+    rows = []
+    for r in data["again"]:
+        best = min(((k, v) for k, v in r.items() if isinstance(v, dict) and "ms" in v and k.startswith("dim1_")),
+                   key=lambda kv: kv[1]["ms"])
+        rows.append([f"{r['size_MB']} MB", _time(r["copy_ms"]), f"`{best[0]}`", _time(best[1]["ms"]), f"{best[1]['vs_copy']:.3f}"])
+    return [
+        f"Ran on an {data['device']}; Triton {data['triton']}. {data['note']}",
+        "",
+        *_table(["round", "copy", "fastest dim1 config", "its time", "bandwidth vs copy"], rows),
+    ]
+
+
+def _mx_dim1_variants(data: dict) -> list[str]:
+    copy = data["copy_ms"]
+    rows = [["copy", _time(copy), "1.00"], ["the kernel", _time(data["current_ms"]), f"{copy / data['current_ms']:.2f}"]]
+    for key, value in data.items():
+        if key.startswith("var_") and not key.endswith("_exact") and isinstance(value, float):
+            rows.append([f"`{key[4:]}`", _time(value), f"{copy / value:.2f}"])
+    return [
+        "On an H100 at 256 MB (bf16 16384 × 8192): variants of the column-wise kernel with parts removed "
+        "(`scales0`: no scale-byte stores, `compute0`: no block maximum and scaling), the tile loaded already "
+        "transposed (`direct1`); bandwidth against the copy timed in the same run.",
+        "",
+        *_table(["variant", "time", "bandwidth vs copy"], rows),
+    ]
+
+
+def _mx_dim1_profile(text: str) -> list[str]:
+    rows = []
+    kernel = None
+    for line in text.splitlines():
+        head = re.match(r"^  (\S+) \(", line)
+        if head:
+            kernel = head[1].split("<")[0]
+        metric = re.match(r"^\s+(dram__bytes_read\.sum|dram__bytes_write\.sum|dram__throughput\.avg\.pct_of_peak_sustained_elapsed|gpu__time_duration\.sum)\s+(\S+)\s+(\S+)$", line)
+        if metric and kernel and kernel.startswith("mxfp8"):
+            rows.append([f"`{kernel}` #{sum(1 for r in rows if r[1] == metric[1]) + 1}", metric[1], f"{metric[3]} {metric[2]}"])
+    return [
+        "Nsight Compute on an H100: one launch each of the column-wise kernel with its loads marked "
+        "`evict_last` (first) and `evict_first` (second), bf16 16384 × 8192 (the whole report is the results file).",
+        "",
+        *_table(["kernel launch", "metric", "value"], rows),
+    ]
+
+
+def _mx_linear_train(data: dict) -> list[str]:
+    t = data["train"]
+    linear = t["linear_sqnr_db"]
+    return [
+        f"Ran on an {t['device']}; torch {t['torch']}; {t['steps']} AdamW steps under bf16 autocast of "
+        f"`{json.dumps(t['model'])}`, every linear swapped for `MXLinear`, from the same weights on the same "
+        "batches as the bf16 run (the baseline).",
+        "",
+        *_table(["measure", "value"], [
+            ["loss curve SQNR against bf16", f"{t['loss_curve_sqnr_db']:.1f} dB"],
+            ["largest per-step relative difference", f"{t['max_step_relative_difference'] * 100:.1f}%"],
+            ["mean relative difference, last 50 steps", f"{t['mean_relative_difference_last_50'] * 100:.1f}%"],
+            ["final loss (bf16 / MXFP8)", " / ".join(f"{v:.3f}" for v in t["final_loss"].values())],
+            ["one linear: SQNR of output / grad input / grad weight", " / ".join(f"{v:.1f} dB" for v in linear.values() if isinstance(v, (int, float)))],
+        ]),
+        *_torchao_training(t.get("torchao_training")),
+    ]
+
+
+def _torchao_training(run: dict | None) -> list[str]:
+    """torchao's own MX training beside xlabridge's, where the results file records it."""
+    if not run:
+        return []
+    if "not_run" in run:
+        return [f"torchao {run['torchao']}'s MX training (`torchao.prototype.moe_training`, `MXFP8TrainingOpConfig`) "
+                f"did not run on this torch: {run['not_run']}", ""]
+    return [f"torchao {run['torchao']}'s MX training: " + ", ".join(f"{k} {v}" for k, v in run.items() if k != "torchao"), ""]
+
+
+def _mx_linear_train_tpu(data: dict) -> list[str]:
+    t = data["tpu"]
+    rows = []
+    for key, r in t.items():
+        if not isinstance(r, dict):
+            continue
+        graph, dtype, generation = key.split("/")
+        rows.append([graph, dtype, generation, r["kernels"], r["tpu_custom_calls"], f"{r['hbm_total_MiB']:.0f} MiB"])
+    libtpu = t.get("libtpu") or data.get("libtpu")
+    # Runs before the script recorded libtpu's version: requirements/dev.txt pinned 0.0.23 then.
+    by = f"libtpu {libtpu}" if libtpu else "libtpu 0.0.23 (the pinned one; this results file does not record it)"
+    return [
+        f"**Compiled for TPU v5e and v6e by {by}, not run**, through torch_xla with the TPU lowering "
+        "(`xlabridge.hlo.kernel_count(..., target=...)`): the forward and backward of one linear and a "
+        "transformer training step, bf16 against MXFP8 (the baseline is the bf16 graph).",
+        "",
+        *_table(["graph", "dtype", "TPU", "kernels", "Mosaic calls", "HBM per device"], rows),
+    ]
+
+
+def _mx4_cast_tpu(data: dict) -> list[str]:
+    rows = [[r["generation"], r["variant"], f"{r['size_MB']} MB", r["kernel_count"], f"{r['buffer_bytes_vs_ideal']:.4f}",
+             ", ".join(k for k in r["kernels"] if k != "custom-call/tpu_custom_call") or "-"]
+            for r in data["cast"]]
+    matmul = [[r["generation"], r["shape"], r["tokens"], r["variant"], r["kernel_count"],
+               f"{r['weight_bytes_per_parameter']:.3f}", _time(r["cost_model_s"] * 1e3) if r.get("cost_model_s") else "-"]
+              for r in data["matmul"]]
+    pinned = any(r.get("pin_hbm") for r in data["cast"] + data["matmul"])
+    return [
+        f"**Compiled for TPU by libtpu {data['libtpu']}, not run** (jax {data['jax']}; xlabridge at {data['commit']}). "
+        "MXFP4 cast and dequantization of bf16 `[M, 8192]`: kernels and the executable's buffer bytes against the "
+        "ideal traffic (input read once, packed data and scale bytes written once). Kernels other than the Mosaic "
+        "call are listed (`copy-start`: an input XLA:TPU prefetches into VMEM before the kernel)."
+        + (" The Mosaic kernels' operands and results are pinned to HBM (`xlabridge/mx/_mosaic/hbm.py`): unpinned, "
+           "this XLA colors them VMEM where they fit and prefetches them." if pinned else ""),
+        "",
+        *_table(["TPU", "operation", "input", "kernels", "bytes vs ideal", "other kernels"], rows),
+        "The fused MXFP4 linear beside the bf16 matmul of the dequantized weight (the cost model's time; for the "
+        "Mosaic kernel XLA cannot see inside, the bytes and flops the kernel declares):",
+        "",
+        *_table(["TPU", "shape", "tokens", "variant", "kernels", "weight bytes per parameter", "cost model time"], matmul),
+    ]
+
+
+def _gpt_oss_tpu(data: dict) -> list[str]:
+    def refusal(r: dict) -> str:
+        first = (r.get("out_of_memory") or "").split("\n", 1)[0]
+        return first.split("error. ", 1)[-1] if first else ""
+
+    rows = [[r["generation"], r["tokens"], r["experts"], r["kernel_count"] or "-",
+             f"{r['total_hbm_bytes'] / 2**30:.2f} GiB" if r.get("total_hbm_bytes") else "-",
+             "yes" if r["fits"] else "no", refusal(r)] for r in data["model"]]
+    return [
+        f"**Compiled for TPU by libtpu {data['libtpu']}, not run** (jax {data['jax']}; xlabridge at {data['commit']}). "
+        f"gpt-oss-20b's decode step from its public config ({data['parameters_mxfp4'] / 1e9:.1f}B parameters): weights "
+        f"{data['weight_bytes_mxfp4'] / 1e9:.2f} GB with MXFP4 experts, {data['weight_bytes_bf16'] / 1e9:.2f} GB all "
+        "bf16; one chip.",
+        "",
+        *_table(["TPU", "tokens", "experts", "kernels", "HBM needed", "fits", "XLA:TPU's refusal"], rows),
+    ]
+
+
+def _mx4_cast(data: dict) -> list[str]:
+    rows = [[f"{r['size_MB']} MB", f"{r['copy']['GBps']:.0f} GB/s", f"{r['cast_floor']['vs_copy']:.2f}",
+             f"{r['cast_rceil']['vs_copy']:.2f}", f"{r['dequantize']['vs_copy']:.2f}"] for r in data["sizes"]]
+    summary = data["summary"]
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}, Triton {data['triton']}; xlabridge at {data['commit']}; GPU "
+        "time from CUDA-graph replays; bf16 `[M, 8192]`. Bandwidth over the copy's, timed in the same run (the cast "
+        "counts the input read and the packed data and scale bytes written; the copy its read and write). One Triton "
+        f"launch per cast: {'yes' if summary['one_kernel_per_cast'] else 'no'}; per dequantization: "
+        f"{'yes' if summary['one_kernel_per_dequantize'] else 'no'}.",
+        "",
+        *_table(["input", "copy", "cast floor vs copy", "cast rceil vs copy", "dequantize vs copy"], rows),
+    ]
+
+
+def _mx4_linear(data: dict) -> list[str]:
+    by_shape: dict[str, dict[int, float]] = {}
+    for r in data["rows"]:
+        by_shape.setdefault(r["shape"], {})[r["tokens"]] = r["speedup"]
+    tokens = sorted({t for row in by_shape.values() for t in row})
+    rows = [[shape, *(_x(row.get(t)) for t in tokens)] for shape, row in by_shape.items()]
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}, Triton {data['triton']}; xlabridge at {data['commit']}. "
+        "Time of `torch.nn.functional.linear` on the bf16 dequantized weight over the fused MXFP4 linear's (the "
+        "weight read as MXFP4 bytes, 0.53 bytes per parameter), each reading its weight from HBM (copies rotated "
+        "past L2), in one run; results checked against dequantize-then-linear.",
+        "",
+        *_table(["shape \\ tokens", *(str(t) for t in tokens)], rows),
+    ]
+
+
+def _mx4_sweep(data: dict) -> list[str]:
+    best = []
+    for r in data["linear"]:
+        fastest = min(r["configs"], key=lambda c: c["ms"]) if r["configs"] else None
+        if fastest:
+            best.append([r["shape"], r["tokens"], f"`{fastest['config']}`", _time(fastest["ms"]), _x(r["bf16_ms"] / fastest["ms"])])
+    return [
+        f"Ran on an {data['device']}; Triton {data['triton']}; xlabridge at {data['commit']} ({data['note']}). The "
+        "fastest of the swept configurations of the fused linear per shape (mode, BN, BK, warps, stages, programs "
+        "per SM) and its speed-up over bf16 in the same run:",
+        "",
+        *_table(["shape", "tokens", "config", "time", "vs bf16"], best),
+    ]
+
+
+BENCHMARKS = (
+    Benchmark("compile_time.json", "tools/bench/compile_time.py", "First-call compile time in inference",
+              "The first compiled call of each model under `torch.no_grad()`, in a fresh process each, "
+              "`backend=\"openxla\"` against `backend=\"xlabridge\"` (which compiles inference graphs forward-only).",
+              _compile_time),
+    Benchmark("compile_time_tpu.json", "tools/bench/compile_time.py --part tpu", "The same graphs on the TPU compiler",
+              "The XLA graphs of the same first call, captured per path (AOTAutograd, forward-only) and compiled by "
+              "libtpu for TPU v5e; beside them the same call's XLA:CPU compile seconds.",
+              _compile_time_tpu),
+    Benchmark("diagnostics_overhead.json", "tools/bench/diagnostics_overhead.py", "What observing costs",
+              "Training steps of real models compiled with `backend=\"xlabridge\"` inside `xlabridge.diagnose()` "
+              "against plain `backend=\"openxla\"`: the first call and the steady state.",
+              _diagnostics_overhead),
+    Benchmark("pod_capture_overhead.json", "tools/bench/pod_capture_overhead.py", "What capturing a sharded run costs",
+              "Each way `--pod` can capture a lazily traced, tensor-parallel training loop, against a plain run.",
+              _pod_capture_overhead),
+    Benchmark("torch_xla_examples.json", "tools/torch_xla_examples/summarize.py", "torch_xla's own examples",
+              "torch_xla's example scripts run unmodified under `xlabridge report --tpu v5e:2x2`: whether every "
+              "row names a user line, the \"other\" share, and their TPU view at their own size.",
+              _torch_xla_examples),
+    Benchmark("autocast_dispatch.json", "tools/bench/autocast_dispatch.py", "Autocast dispatch cost",
+              "Per traced call under `torch.autocast(\"xla\", bfloat16)`: xlabridge's C++ AutocastXLA kernels against "
+              "torch_xla's own (or none), and the Python fallback against the C++ kernels.",
+              _autocast_dispatch),
+    Benchmark("mx_cast.json", "tools/bench/mx_cast.py", "MXFP8 cast on CUDA",
+              "`to_mxfp8` on a CUDA GPU against a copy, torchao's `to_mx` under `torch.compile` (FLOOR and RCEIL) and "
+              "`torch.compile` of the plain formulation, 1 MB to 1 GB.",
+              _mx_cast),
+    Benchmark("mx_cast_cols.json", "tools/bench/mx_cast.py --cols-only", "MXFP8 column-wise and both-layouts casts on CUDA",
+              "`to_mxfp8(x, dim=0)` and `to_mxfp8_both(x)` against a copy, two separate casts, and torchao's "
+              "`to_mx` compiled on the transposed tensor.",
+              _mx_cast_cols),
+    Benchmark("mx_dim1_tune.json", "tools/bench/mx_dim1_tune.py", "Column-wise kernel configurations",
+              "Tiles, warps and load eviction hints of the column-wise kernel, each checked byte for byte, the "
+              "fastest re-timed next to a copy.",
+              _mx_dim1_tune),
+    Benchmark("mx_dim1_variants.json", "tools/bench/mx_dim1_variants.py", "Where the column-wise kernel's time goes",
+              "Variants of the column-wise kernel with parts removed, at 256 MB.", _mx_dim1_variants),
+    Benchmark("mx_dim1_profile.txt", "tools/bench/mx_dim1_profile.py", "The column-wise kernel under Nsight Compute",
+              "DRAM bytes and throughput of the column-wise kernel with each load eviction hint.",
+              _mx_dim1_profile),
+    Benchmark("mx_cast_tpu.json", "tools/bench/mx_cast_tpu.py", "MXFP8 cast compiled for TPU",
+              "The plain formulations (through JAX) against the Mosaic kernel, compiled for each TPU generation: "
+              "kernels, bytes against the ideal, and the kernel's static schedule.",
+              _mx_cast_tpu),
+    Benchmark("mx_linear_train.json", "tools/bench/mx_linear_train.py --train", "MX linears in training",
+              "A small transformer trained with every linear an `MXLinear`, against the same training in bf16.",
+              _mx_linear_train),
+    Benchmark("mx_linear_train_tpu.json", "tools/bench/mx_linear_train.py --tpu", "An MX training step compiled for TPU",
+              "One linear's forward and backward and a transformer training step, bf16 and MXFP8, compiled for TPU.",
+              _mx_linear_train_tpu),
+    Benchmark("mx4_cast_tpu.json", "tools/bench/mx4_cast_tpu.py", "MXFP4 on TPU: kernels and bytes",
+              "The MXFP4 cast, dequantization and fused linear compiled for TPU v5e and v6e, 1 MB to 1 GB.",
+              _mx4_cast_tpu),
+    Benchmark("mx4_cast_tpu_v7.json", "tools/bench/mx4_cast_tpu.py --generations v7", "MXFP4 on TPU v7",
+              "The same, for TPU v7 (TPU7x), which only libtpu 0.0.52 of the TorchTPU environment compiles.",
+              _mx4_cast_tpu),
+    Benchmark("mx4_cast.json", "tools/bench/mx4_cast.py", "MXFP4 cast on CUDA",
+              "`to_mxfp4` and `from_mxfp4` on an H100 against a copy, 1 MB to 1 GB.", _mx4_cast),
+    Benchmark("mx4_linear.json", "tools/bench/mx4_linear.py", "The fused MXFP4 linear on CUDA",
+              "The MXFP4 linear (weight kept MXFP4 in HBM, dequantized in the kernel) against bf16 `linear` at decode "
+              "shapes, 1 to 64 tokens.", _mx4_linear),
+    Benchmark("mx4_sweep.json", "tools/bench/mx4_sweep.py", "The MXFP4 kernels' configuration sweep",
+              "Every configuration of the cast and the fused linear timed on the H100, to pick the defaults.", _mx4_sweep),
+    Benchmark("gpt_oss_tpu.json", "tools/bench/gpt_oss_tpu.py", "gpt-oss-20b on one TPU",
+              "gpt-oss-20b's whole decode step with MXFP4 experts and with bf16 experts, compiled for one chip.",
+              _gpt_oss_tpu),
+)
+
+_HEADER = """# Benchmarks
+
+<!-- Generated by `python tools/bench/summarize.py` from tools/bench/results/; do not edit:
+tests/docs/test_benchmarks_page.py fails when this page and the results files differ. -->
+
+Each benchmark is a script under `tools/bench/` that writes one results file to
+`tools/bench/results/`, its latest run, named after the benchmark; this page is generated from
+those files. Every ratio is against a baseline measured in the same run (a copy, `openxla`, torchao,
+an A/A control), never against another run. Timings on the CPU come from a 2-core shared machine
+and move from run to run; each section says what it ran on. TPU figures are compiled here by
+libtpu's compile-only client and labelled "compiled for TPU … by libtpu …, not run": nothing in
+them ran on a TPU.
+
+| benchmark | script | results file |
+| --- | --- | --- |
+"""
+
+
+def render() -> str:
+    lines = [_HEADER.rstrip("\n")]
+    for b in BENCHMARKS:
+        anchor = re.sub(r"[^\w\- ]", "", b.title.lower()).replace(" ", "-")  # MyST's heading anchors
+        lines.append(f"| [{b.title}](#{anchor}) | `{b.script}` | `{b.results}` |")
+    lines.append("")
+    for b in BENCHMARKS:
+        path = RESULTS / b.results
+        data = path.read_text(encoding="utf-8") if path.suffix == ".txt" else _load(b.results)
+        lines += [f"## {b.title}", "", f"`{b.script}` → `tools/bench/results/{b.results}`. {b.measures}", ""]
+        lines += b.render(data)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def unlisted() -> list[str]:
+    """Results files with no section on the page."""
+    return sorted({p.name for p in RESULTS.iterdir()} - {b.results for b in BENCHMARKS})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/benchmarks.md is stale")
+    args = parser.parse_args(argv)
+    if unlisted():
+        print(f"results files without a section in {__file__}: {unlisted()}", file=sys.stderr)
+        return 1
+    text = render()
+    if args.check:
+        if PAGE.read_text(encoding="utf-8") != text:
+            print("docs/benchmarks.md is stale: python tools/bench/summarize.py", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(text, encoding="utf-8")
+    print(f"wrote {PAGE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

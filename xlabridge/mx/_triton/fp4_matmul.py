@@ -1,0 +1,185 @@
+"""The MXFP4 matmul on CUDA tensors: one launch of ``fp4_matmul_kernel`` per call, the weight
+read as MXFP4 bytes and dequantized tile by tile inside the kernel.
+
+Which dequantization (``MODE``) and tile a shape gets is measured, not guessed: the first call for
+a key (``x``'s row tile, ``N``, ``K``, the number of weight groups, bias, expert ids, dtype)
+times every candidate of ``CONFIGS`` that compiles and agrees with the exact ``"triton"`` mode on
+that call's own tensors (``triton.testing.do_bench``, which empties the L2 cache between runs, so
+each is timed reading its weight from HBM, as decode does), and keeps the fastest; ``TUNING``
+records every candidate's time or error (``tools/bench/mx4_linear.py`` writes it out). A call
+while a CUDA graph is being captured cannot time anything: it takes the key's choice if there is
+one, else ``DEFAULT``. Under Triton's CPU interpreter the kernel runs ``INTERPRET``.
+
+``SPLIT_K`` is chosen per shape (``split_k``): enough programs for ``per_sm`` of them per SM (a
+field of the config, so the tuning picks it too), each still covering at least one ``BK`` step of
+``K``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+
+import torch
+
+from xlabridge import _optional
+from xlabridge.mx._triton.fp4 import device_guard
+
+logger = logging.getLogger(__name__)
+
+_FEATURE = "xlabridge.mx MXFP4 matmul on CUDA"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One candidate: dequantization mode, weight rows (``bn``) and elements of ``K`` (``bk``, a
+    multiple of 128) per step, warps, pipeline stages, and the programs per SM that split-K aims at."""
+
+    mode: str
+    bn: int
+    bk: int
+    warps: int
+    stages: int
+    per_sm: int = 2
+
+
+CONFIGS = (
+    Config("asm", 64, 128, 4, 3, 2),
+    Config("asm", 64, 256, 4, 3, 1),
+    Config("asm", 128, 128, 4, 3, 1),
+    Config("asm", 128, 128, 4, 2, 1),
+    Config("triton", 64, 128, 4, 3, 2),
+)
+"""What the first call of a key times: the ``asm`` configs for bfloat16 inputs, the ``triton`` one
+for float16 (four ``asm`` configs came within 0.5% of the best of the 45 that
+``tools/bench/mx4_sweep.py`` times, on every shape it times)."""
+DEFAULT = Config("triton", 64, 256, 4, 2, 2)
+INTERPRET = Config("triton", 16, 128, 4, 1, 1)
+PERMUTE = True
+"""Whether the kernel presents ``K`` to the MMA in its permuted order (``fp4_matmul_kernel``'s
+docstring); False only to test the permutation against memory order."""
+TUNING: dict[tuple, list[dict]] = {}
+"""Per key: each candidate's config and median ms (or why it was left out), as timed."""
+_CHOSEN: dict[tuple, Config] = {}
+_LOCKS: dict[torch.device, torch.Tensor] = {}
+
+
+def supports(x: torch.Tensor, block_size: int) -> bool:
+    """Whether the kernel takes ``x`` (bfloat16 or float16: tensor-core inputs) and ``block_size`` (32)."""
+    return block_size == 32 and x.dtype in (torch.bfloat16, torch.float16)
+
+
+@functools.cache
+def _kernel():
+    _optional.require("triton", _FEATURE)
+    from xlabridge.mx._triton import fp4_matmul_kernel
+
+    return fp4_matmul_kernel.mxfp4_matmul_kernel
+
+
+def row_tile(m: int) -> int:
+    """``BM``: the MMA's smallest tile (16) for up to 16 rows, 32 up to 32, 64 above (64-row tiles)."""
+    return 16 if m <= 16 else 32 if m <= 32 else 64
+
+
+def split_k(programs: int, k: int, bk: int, sms: int, per_sm: int) -> int:
+    """A power of two that brings ``programs`` to at least ``per_sm`` per SM, leaving each split a ``bk`` step."""
+    split = 1
+    while programs * split < per_sm * sms and k >= 2 * bk * split:
+        split *= 2
+    return split
+
+
+def _sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+def _locks(device: torch.device, count: int) -> torch.Tensor:
+    """Zeroed per-tile arrival counters (the kernel leaves them zeroed); one buffer per device, so
+    split-K launches on one device must not run concurrently on several streams."""
+    locks = _LOCKS.get(device)
+    if locks is None or locks.numel() < count:
+        locks = torch.zeros(max(count, 4096), dtype=torch.int32, device=device)
+        _LOCKS[device] = locks
+    return locks
+
+
+def _launch(config: Config, x, data, scale, ids, bias, y):
+    A, M, K = x.shape
+    N = data.shape[-2]
+    words = data.view(torch.int16)  # the kernel reads the weight as 16-bit words of four elements
+    bm = row_tile(M)
+    tiles = -(-M // bm) * -(-N // config.bn)
+    split = split_k(tiles * A, K, config.bk, _sms(x.device), config.per_sm)
+    k_per_split = -(-K // (split * config.bk)) * config.bk
+    split = -(-K // k_per_split)  # no split left with nothing to add
+    workspace = torch.empty(A * tiles * split * config.bn * bm if split > 1 else 1, dtype=torch.float32, device=x.device)
+    locks = _locks(x.device, A * tiles)
+    dummy = y
+    with device_guard(x):
+        _kernel()[(tiles, split, A)](
+            x, words, scale, dummy if bias is None else bias, dummy if ids is None else ids, y, workspace, locks,
+            M, N, K, split, k_per_split,
+            x.stride(0), x.stride(1), words.stride(0), words.stride(1), scale.stride(0), scale.stride(1),
+            y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0),
+            HAS_BIAS=bias is not None, HAS_IDS=ids is not None, MODE=config.mode, PERMUTE=PERMUTE,
+            BM=bm, BN=config.bn, BK=config.bk, EVEN=N % config.bn == 0 and K % k_per_split == 0,
+            num_warps=config.warps, num_stages=config.stages,
+        )
+    return y
+
+
+def _candidates(x: torch.Tensor) -> list[Config]:
+    return [c for c in CONFIGS if (c.mode == "asm") == (x.dtype == torch.bfloat16)]
+
+
+def _tune(key, x, data, scale, ids, bias, y) -> Config:
+    """Time every candidate on this call's tensors; keep the fastest that agrees with the exact mode."""
+    from triton.testing import do_bench
+
+    reference = _launch(DEFAULT, x, data, scale, ids, bias, torch.empty_like(y)).float()
+    tolerance = 2.0**-6 * reference.abs() + 2.0**-10 * reference.abs().amax().clamp_min(1e-30)
+    table, best = [], None
+    for config in _candidates(x):
+        entry = dataclasses.asdict(config)
+        try:
+            out = _launch(config, x, data, scale, ids, bias, torch.empty_like(y))
+            if not bool(((out.float() - reference).abs() <= tolerance).all()):
+                entry["left_out"] = "results differ from the exact mode's"
+            else:
+                entry["ms"] = do_bench(lambda: _launch(config, x, data, scale, ids, bias, y), warmup=5, rep=25)
+                if best is None or entry["ms"] < best[0]:
+                    best = (entry["ms"], config)
+        except Exception as error:  # noqa: BLE001 - a candidate that does not build is left out, with why
+            entry["left_out"] = f"{type(error).__name__}: {str(error)[:300]}"
+        table.append(entry)
+    TUNING[key] = table
+    chosen = best[1] if best else DEFAULT
+    logger.info("MXFP4 matmul %s: %s", key, chosen)
+    return chosen
+
+
+def matmul(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.Tensor | None,
+           bias: torch.Tensor | None) -> torch.Tensor:
+    """``y[a] = x[a] @ dequantize(data[e], scale[e]).T (+ bias[e])`` with ``e = ids[a]`` (or ``a``):
+    ``x`` ``[A, M, K]``, ``data`` ``[E, N, K/2]``, ``scale`` ``[E, N, K/32]``, ``y`` ``[A, M, N]`` in ``x``'s dtype."""
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    data, scale = data.contiguous(), scale.contiguous()
+    if data.data_ptr() % 2:  # an odd view: the kernel reads 16-bit words
+        data = data.clone()
+    A, M, K = x.shape
+    y = torch.empty(A, M, data.shape[-2], dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
+    if x.device.type != "cuda":
+        return _launch(INTERPRET, x, data, scale, ids, bias, y)
+    key = (row_tile(M), data.shape[-2], K, A, bias is not None, ids is not None, x.dtype, x.device)
+    config = _CHOSEN.get(key)
+    if config is None:
+        if torch.cuda.is_current_stream_capturing():
+            config = DEFAULT
+        else:
+            config = _CHOSEN[key] = _tune(key, x, data, scale, ids, bias, y)
+    return _launch(config, x, data, scale, ids, bias, y)
+
