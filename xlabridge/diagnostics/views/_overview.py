@@ -196,7 +196,8 @@ def timeline(report: Report) -> Section | None:
         spans = [span for span in report.timeline if span.pid == pid]
         kinds = [k for k in known if any(s.kind == k for s in spans)]
         kinds += list(dict.fromkeys(s.kind for s in spans if s.kind not in known))
-        end = max([walls.get(pid, 0.0), *(s.start + s.seconds for s in spans)])
+        # a span of summed calls reaches to its last call's end (``until``), past its summed seconds
+        end = max([walls.get(pid, 0.0), *(max(s.start + s.seconds, s.until or 0.0) for s in spans)])
         lanes = [Lane(kind, KIND_COLOURS.get(kind, OTHER_COLOUR), [s for s in spans if s.kind == kind])
                  for kind in kinds]
         section.timelines.append(Timeline(pid, f"{process_name(report, pid)}: {seconds(end)}", end, lanes))
