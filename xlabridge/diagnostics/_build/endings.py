@@ -93,7 +93,9 @@ def process_row(pid: int, events: Sequence[ev.Event], rule: UserCodeRule, runnin
     elif end is not None and end.ending == ev.Ending.SIGNAL:
         number = _signal_number(end.signal)
         row.exit_status = 128 + number if number is not None else None
-    row.ending = _ending(row, end, exited, running).value
+    # a process read from torch's structured trace: the trace does not say how it ended
+    traced = any(isinstance(e, ev.TraceRead) for e in events)
+    row.ending = _ending(row, end, exited, running, traced).value
     row.how = _how(row, end, received)
     place = rule.innermost(frames)
     if place is not UNKNOWN:
@@ -101,7 +103,8 @@ def process_row(pid: int, events: Sequence[ev.Event], rule: UserCodeRule, runnin
     return row
 
 
-def _ending(row: Process, end: ev.ProcessEnd | None, exited: ev.ProcessExit | None, running: bool) -> ProcessEnding:
+def _ending(row: Process, end: ev.ProcessEnd | None, exited: ev.ProcessExit | None, running: bool,
+            traced: bool) -> ProcessEnding:
     if exited is not None and exited.returncode < 0:
         return ProcessEnding.KILLED
     if end is not None and end.ending == ev.Ending.BLOCK and exited is None:
@@ -112,6 +115,8 @@ def _ending(row: Process, end: ev.ProcessEnd | None, exited: ev.ProcessExit | No
         return ProcessEnding.FAILED
     if end is not None or exited is not None:
         return ProcessEnding.EXITED
+    if traced:
+        return ProcessEnding.TRACED
     return ProcessEnding.RUNNING if running else ProcessEnding.VANISHED
 
 
@@ -143,6 +148,8 @@ def _how(row: Process, end: ev.ProcessEnd | None, received: list[ev.SignalReceiv
         return f"exited{status}" + heard
     if ending == ProcessEnding.RUNNING:
         return "still running when this report was read: the report so far"
+    if ending == ProcessEnding.TRACED:
+        return "read from torch's structured trace, which does not record how a process ended"
     if ending == ProcessEnding.VANISHED:
         return ("stopped without a word: killed by SIGKILL (the kernel's OOM killer sends it), os._exit(), a crash "
                 "in native code, or its machine went away; everything up to its last event is here")

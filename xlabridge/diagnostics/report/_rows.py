@@ -171,6 +171,8 @@ class ProcessEnding(str, enum.Enum):
     """It was still running when the report was read (the report so far)."""
     OBSERVED = "observed"
     """A ``diagnose()`` block ended; the process went on."""
+    TRACED = "traced"
+    """Read from torch's structured trace, which does not record how a process ended."""
 
 
 @dataclasses.dataclass
@@ -183,7 +185,7 @@ class Process:
     wall_seconds: float | None = _field("seconds observed: to its ``process_end``, or to its last event without one",
                                         None)
     ending: str = _field("a ``ProcessEnding`` value: ``exited``, ``failed``, ``killed``, ``vanished``, ``running`` or "
-                         "``observed``", ProcessEnding.EXITED.value)
+                         "``observed``, ``traced``", ProcessEnding.EXITED.value)
     how: str = _field("how it ended, in words (``killed by SIGKILL (exit status 137)``)", "")
     exit_status: int | None = _field("as a shell gives it: the exit status, 128+N for signal N (null: unknown)", None)
     signal: str = _field("the signal that ended it (``SIGTERM``), or the last one it received and handled", "")

@@ -370,8 +370,12 @@ def _collectives(report: Report) -> Section | None:
     return section
 
 
+_NORMAL = ("exited", "observed", "traced")
+"""Endings that are no finding: a normal exit, a ``diagnose()`` block's end, a trace that does not say."""
+
+
 def _abnormal(report: Report) -> bool:
-    return any(p.ending not in ("exited", "observed") for p in report.processes)
+    return any(p.ending not in _NORMAL for p in report.processes)
 
 
 def _processes(report: Report) -> Section | None:
@@ -380,7 +384,7 @@ def _processes(report: Report) -> Section | None:
     several = len(report.processes) > 1 or len({g.pid for g in report.run_graphs}) > 1
     if not several and not report.divergences and not _abnormal(report):
         return None
-    ended = [p for p in report.processes if p.ending not in ("exited", "observed")]
+    ended = [p for p in report.processes if p.ending not in _NORMAL]
     section = Section(
         "processes", "Processes",
         summary=f"{plural(len(report.processes), 'process')}, {len(ended)} did not end normally, "
