@@ -6,6 +6,7 @@ which file and line they could not read."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from pathlib import Path
 
@@ -85,6 +86,25 @@ def test_every_event_type_round_trips_through_a_log(tmp_path: Path) -> None:
     contents = ev.read_log(path)
     assert (contents.skipped, contents.warnings, contents.unreadable) == (0, [], 0)
     assert contents.events == ONE_OF_EACH
+
+
+def _asdict_reference(event: ev.Event) -> dict:
+    """What ``dataclasses.asdict`` makes of an event, enums as their values: the JSON a line must hold."""
+    def plain(value):
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, dict):
+            return {key: plain(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        return value
+
+    return {"type": event.type.value, **plain(dataclasses.asdict(event))}
+
+
+@pytest.mark.parametrize("event", ONE_OF_EACH, ids=lambda e: e.type.value)
+def test_each_line_holds_what_asdict_makes_of_the_event(event: ev.Event) -> None:
+    assert json.dumps(ev.to_dict(event)) == json.dumps(_asdict_reference(event))
 
 
 def test_a_log_appended_event_by_event_is_the_log_written_whole(tmp_path: Path) -> None:

@@ -36,12 +36,29 @@ from xlabridge.diagnostics.events._types import (
 
 def to_dict(event: Event) -> dict[str, Any]:
     """The event as JSON-ready data, ``type`` first."""
-    return {"type": event.type.value, **_plain(dataclasses.asdict(event))}
+    return {"type": event.type.value, **_plain(event)}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def _plain(value: Any) -> Any:
+    """``dataclasses.asdict`` without its deep copies (the result is only serialized), enums as
+    their values: an FX graph's code maps hundreds of lines to their stacks, written while the
+    first call runs."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value.value if isinstance(value, enum.Enum) else value
     if isinstance(value, enum.Enum):
         return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _plain(getattr(value, name)) for name in _names(type(value))}
     if isinstance(value, dict):
         return {key: _plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
