@@ -132,11 +132,12 @@ def outermost(syncs: Sequence[ev.Sync]) -> list[ev.Sync]:
 
 def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     """The time split of one process's events, to its ``process_end`` or, for a process that has
-    none (it died, or still runs), to its last event (``None`` without a ``process_start``)."""
+    none (it died, or still runs), to its last event (``None`` without a ``process_start``, and for
+    a process read from torch's structured trace, which holds its compilations but not its wall time)."""
     end = next((e for e in reversed(events) if isinstance(e, ev.ProcessEnd)), None)
     if end is None:
         start = next((e for e in events if isinstance(e, ev.ProcessStart)), None)
-        if start is None:
+        if start is None or any(isinstance(e, ev.TraceRead) for e in events):
             return None
         end = ev.ProcessEnd(t=max(last_t(events), start.t), pid=start.pid, start=start.t)
     compiles = [e for e in events if isinstance(e, ev.XlaCompile)]
