@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from xlabridge import _env
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._observe import (
     children as _children,
@@ -28,17 +29,30 @@ def log_path(directory: str | os.PathLike[str], pid: int) -> Path:
     return Path(directory) / f"events-{pid}.jsonl"
 
 
-def _write_trace_rows(recorder: _recorder.Recorder) -> None:
-    """This process's HLO-lowering rows into torch's trace, where ``TORCH_TRACE`` is set (the command
-    appends the rest after the run: ``_trace_artifacts``)."""
+def _trace_writers() -> tuple | None:
+    """What writing this process's rows into torch's trace needs, imported while the process starts,
+    where ``TORCH_TRACE`` is set (``None`` elsewhere: torch keeps a handler on its trace logger even
+    without a trace directory). Not at exit: a module imported there may define a dataclass, whose
+    methods ``exec`` makes, and CPython forgets at each ``exec`` that the program ended in an uncaught
+    KeyboardInterrupt, which makes its exit status 1 instead of death by SIGINT (130 in a shell)."""
+    if not _env.get(_env.TORCH_TRACE):
+        return None
     from xlabridge._upstream import torch as upstream_torch
-
-    if "torch" not in sys.modules or not upstream_torch.structured_trace_on():
-        return
     from xlabridge.diagnostics import _trace_artifacts
     from xlabridge.diagnostics._build.report import build_report
 
-    _trace_artifacts.write(build_report(recorder.events), (_trace_artifacts.HLO_LOWERING,))
+    return upstream_torch, _trace_artifacts, build_report
+
+
+def _write_trace_rows(recorder: _recorder.Recorder, writers: tuple | None) -> None:
+    """This process's HLO-lowering rows into torch's trace, where ``TORCH_TRACE`` is set (the command
+    appends the rest after the run: ``_trace_artifacts``)."""
+    if writers is None:
+        return
+    upstream_torch, trace_artifacts, build_report = writers
+    if "torch" not in sys.modules or not upstream_torch.structured_trace_on():
+        return
+    trace_artifacts.write(build_report(recorder.events), (trace_artifacts.HLO_LOWERING,))
 
 
 def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool = False,
@@ -50,6 +64,7 @@ def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool =
     seconds without progress. ``run_id``: the run this process belongs to (``xlabridge report``'s).
     """
     recorder = _recorder.Recorder(log=log_path(directory, os.getpid()), capture_hlo=capture_hlo)
+    writers = _recorder.safely("diagnostics", "preparing to write into torch's trace", _trace_writers)
     refused = _pod.unsupported() if pod else None
     capture_dir = _pod.directory(directory, os.getpid()) if pod and refused is None else None
     if capture_dir is not None:
@@ -81,7 +96,8 @@ def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool =
         _session.stop(recorder, ended=stamp, ending=ev.Ending.EXIT, exception=exception, frames=frames)
         _recorder.safely("signals", "handing the signals back", _ending.uninstall)
         _recorder.safely("diagnostics", "closing the event log", recorder.close)
-        _recorder.safely("diagnostics", "writing xlabridge's rows into torch's trace", _write_trace_rows, recorder)
+        _recorder.safely("diagnostics", "writing xlabridge's rows into torch's trace", _write_trace_rows, recorder,
+                         writers)
 
     _recorder.safely("signals", "listening for SIGTERM and SIGINT", _ending.install, die)
     # kept to the end: a launcher waits for its ranks in its own exit handlers, which run before this one's
