@@ -77,12 +77,31 @@ def _compile_time(data: dict) -> list[str]:
     for model, m in data["models"].items():
         med = m["median_first_call_s"]
         rows.append([model, _s(med["openxla"]), _s(med["xlabridge"]), _x(m["xlabridge_vs_openxla"]),
+                     _x(m.get("xlabridge_vs_openxla_cpu")),
                      f"{m['xla_compiles']['openxla']} / {m['xla_compiles']['xlabridge']}"])
     return [
         f"Ran on PJRT {data['pjrt_device']}, {data['cpus']} CPUs{_load_average(data)}; torch {data['torch']}, "
-        f"torch_xla {data['torch_xla']}; medians of {data['repeats']} fresh processes per configuration.",
+        f"torch_xla {data['torch_xla']}; medians of {data['repeats']} fresh processes per configuration. "
+        "The CPU-seconds ratio (the process's user and system time during the call, all threads) moves less "
+        "than wall time when other work shares the machine.",
         "",
-        *_table(["model", "openxla", "xlabridge (forward-only)", "xlabridge / openxla", "XLA compiles (openxla / xlabridge)"], rows),
+        *_table(["model", "openxla", "xlabridge (forward-only)", "xlabridge / openxla", "same, CPU seconds",
+                 "XLA compiles (openxla / xlabridge)"], rows),
+    ]
+
+
+def _import_time(data: dict) -> list[str]:
+    modules = data["median_module_s"]
+    rows = [["xlabridge", f"{modules['xlabridge'] * 1e3:.1f} ms", _x(data["xlabridge_vs_torch"], 3),
+             ", ".join(data["heavy_loaded"]["xlabridge"]) or "none"],
+            ["xlabridge.backend", f"{modules['xlabridge.backend'] * 1e3:.1f} ms", _x(data["backend_vs_torch"], 3),
+             ", ".join(data["heavy_loaded"]["xlabridge.backend"]) or "none"]]
+    return [
+        f"Python {data['python']}, torch {data['torch']}, {data['cpus']} CPUs{_load_average(data)}; medians of "
+        f"{data['repeats']} fresh interpreters per module; `import torch` took {_s(data['median_import_torch_s'])} "
+        f"(median); target: at most {_x(data['target'])} for `import xlabridge`.",
+        "",
+        *_table(["module", "import after torch", "(torch + module) / torch", "heavy packages loaded"], rows),
     ]
 
 
@@ -472,6 +491,10 @@ BENCHMARKS = (
               "The XLA graphs of the same first call, captured per path (AOTAutograd, forward-only) and compiled by "
               "libtpu for TPU v5e; beside them the same call's XLA:CPU compile seconds.",
               _compile_time_tpu),
+    Benchmark("import_time.json", "tools/bench/import_time.py", "What importing xlabridge costs",
+              "`import xlabridge` (and `import xlabridge.backend`, what `backend=\"xlabridge\"` loads at the first "
+              "compile) after `import torch`, each timed in the same fresh interpreter.",
+              _import_time),
     Benchmark("diagnostics_overhead.json", "tools/bench/diagnostics_overhead.py", "What observing costs",
               "Training steps of real models compiled with `backend=\"xlabridge\"` inside `xlabridge.diagnose()` "
               "against plain `backend=\"openxla\"`: the first call and the steady state.",
