@@ -26,6 +26,12 @@ POD_SET = "XLABRIDGE_POD_SET"
 """Set with a process's capture (``xlabridge.pod.plan_capture``): JSON of each variable it set, as
 ``[the user's value or null, the value set]``, so that a child process that inherits them starts
 from the user's values (its own capture, its own directory)."""
+RUN_ID = "XLABRIDGE_RUN_ID"
+"""Set by ``xlabridge report`` for the processes it runs: the run they belong to, recorded in each log, so
+that logs of two runs in one directory are told apart."""
+STALL_AFTER = "XLABRIDGE_STALL_AFTER"
+"""Seconds, set by ``xlabridge report --stall-after``: each process reports where it is when no step made
+progress for that long."""
 AUTOCAST_BACKEND = "XLABRIDGE_AUTOCAST_BACKEND"
 """``auto`` | ``cpp`` | ``python``: how autocast kernels are registered (``xlabridge.autocast``)."""
 AUTOCAST_BUILD_DIR = "XLABRIDGE_AUTOCAST_BUILD_DIR"

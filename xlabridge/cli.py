@@ -1,10 +1,17 @@
 """The ``xlabridge`` command.
 
   xlabridge report [--json FILE] [--html FILE] [--trace FILE] [--events DIR] [--capture-hlo] [--pod]
-                   [--tpu TOPOLOGY] [--cache-dir DIR] -- python train.py ARGS...
+                   [--tpu TOPOLOGY] [--cache-dir DIR] [--stall-after SECONDS] -- python train.py ARGS...
       run an unmodified script and report its graph breaks, HLO lowering breaks, recompilations
-      and where its time went; every Python process of the command writes an event log when
-      it exits (also when it raises), and the report merges them (process ids kept apart).
+      and where its time went; every Python process of the command writes its events to a log
+      as they come, and the report merges them (process ids kept apart): a process that raises,
+      is killed (SIGKILL, the OOM killer), terminated (SIGTERM) or calls ``os._exit`` leaves
+      everything before its end, and the report says how each process ended. The command's exit
+      status is the command's, as a shell gives it (128+N for signal N); SIGTERM (and SIGINT,
+      where the terminal did not send it to the command too) is handed on to the command.
+      ``--stall-after S``: when no step of a process makes progress for S seconds, it writes where
+      it is (its stacks, the graph it traces, compiles or runs, a collective it waits in); the
+      report shows the stall as a finding at the user's line.
       ``--tpu v5e:2x2``: after the run, each distinct XLA graph (compiled or lazily traced: it
       implies ``--pod``) is compiled for that TPU topology by libtpu on this machine (the TPU view:
       kernels, HBM, fits; nothing runs on a TPU).
@@ -16,8 +23,9 @@
       (automatic when ``WORLD_SIZE`` > 1).
 
   xlabridge report --read DIR [--tpu TOPOLOGY] [--json FILE] [--html FILE] [--trace FILE]
-      rebuild the report from event logs kept with ``--events`` (a newer xlabridge re-reads them);
-      with ``--tpu``, compile the graphs whose HLO was kept (``--capture-hlo``) for that TPU.
+      rebuild the report from event logs kept with ``--events`` (a newer xlabridge re-reads them),
+      also while the run goes on (the report so far); with ``--tpu``, compile the graphs whose HLO
+      was kept (``--capture-hlo``) for that TPU.
 
   xlabridge report --trace-dir DIR [--tpu TOPOLOGY] [--json FILE] [--html FILE] [--trace FILE]
       build the report from torch's structured trace: the ``TORCH_TRACE=DIR`` directory of a run that
@@ -37,9 +45,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -63,10 +74,87 @@ def _check_tpu(target: str | None) -> str | None:
         raise SystemExit(f"xlabridge report: {error}") from None
 
 
-def _read_run(directory: Path, tpu: str | None):
+def _read_run(directory: Path, tpu: str | None, run: str | None = None):
     from xlabridge.diagnostics import read_run
 
-    return read_run(directory, tpu=tpu, progress=lambda line: print(f"xlabridge: {line}", file=sys.stderr))
+    return read_run(directory, tpu=tpu, run=run,
+                    progress=lambda line: print(f"xlabridge: {line}", file=sys.stderr))
+
+
+def _stall_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--stall-after must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def shell_status(returncode: int) -> int:
+    """A ``subprocess`` return code as a shell gives it: the exit status, or 128+N for signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _run_command(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """Run ``command`` to its end, handing SIGTERM and SIGINT on to it; returns the ended process.
+
+    SIGTERM is sent to one process (a scheduler's, ``kill``): it goes on to the command. SIGINT from
+    a terminal reaches the whole foreground process group, the command included: it goes on only
+    when the command left this process's group, or when it comes a second time (``kill -INT`` of
+    this process alone, a user pressing Ctrl-C again).
+    """
+    child = subprocess.Popen(command, env=env)
+    interrupts = [0]
+
+    def hand_on(signum: int, _frame: object) -> None:
+        if signum == signal.SIGINT:
+            interrupts[0] += 1
+            try:
+                own_group = os.getpgid(child.pid) == os.getpgrp()
+            except OSError:
+                own_group = True
+            if own_group and interrupts[0] == 1:
+                return
+        try:
+            child.send_signal(signum)
+        except OSError:
+            pass
+
+    handled = (signal.SIGTERM, signal.SIGINT)
+    previous = {signum: signal.signal(signum, hand_on) for signum in handled}
+    try:
+        child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return child
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _record_exit(directory: Path, child: subprocess.Popen) -> bool:
+    """Write the command's exit into its log (``process_exit``), if it is a process that wrote one."""
+    from xlabridge.diagnostics import events as ev
+    from xlabridge.diagnostics._observe.process import log_path
+
+    log = log_path(directory, child.pid)
+    if not log.is_file():
+        return False
+    returncode = child.returncode
+    name = _signal_name(-returncode) if returncode < 0 else ""
+    writer = ev.LogWriter(log, fresh=False)
+    try:
+        writer.write(ev.ProcessExit(t=time.monotonic(), pid=child.pid, returncode=returncode, signal=name,
+                                    waited_by=os.getpid()))
+    finally:
+        writer.close(ended=False)
+    return True
 
 
 def _write_outputs(report, args: argparse.Namespace) -> None:
@@ -117,7 +205,11 @@ def _report(args: argparse.Namespace) -> int:
         directory = Path(args.events) if args.events else Path(scratch)
         directory.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
+        run_id = uuid.uuid4().hex[:16]
         env[_env.REPORT_DIR] = str(directory.resolve())
+        env[_env.RUN_ID] = run_id
+        if args.stall_after is not None:
+            env[_env.STALL_AFTER] = repr(args.stall_after)
         if args.capture_hlo or tpu is not None:
             env[_env.CAPTURE_HLO] = "1"
         if args.pod or tpu is not None:
@@ -132,10 +224,15 @@ def _report(args: argparse.Namespace) -> int:
                 raise SystemExit(f"xlabridge report: {error}") from None
         env[_env.PYTHONPATH] = os.pathsep.join(p for p in (_bootstrap_dir(), env.get(_env.PYTHONPATH)) if p)
         try:
-            returncode = subprocess.call(command, env=env)
+            child = _run_command(command, env)
         except FileNotFoundError:
             raise SystemExit(f"xlabridge report: command not found: {command[0]!r}") from None
-        report = _read_run(directory, tpu)
+        status = shell_status(child.returncode)
+        recorded = _record_exit(directory, child)
+        report = _read_run(directory, tpu, run=run_id)
+        if not recorded:
+            report.warnings.append(f"the command (pid {child.pid}) is not a Python process xlabridge observed; "
+                                   f"it exited with status {status}")
     if env.get(_env.TORCH_TRACE):
         from xlabridge.diagnostics import _trace_artifacts
 
@@ -144,9 +241,10 @@ def _report(args: argparse.Namespace) -> int:
     _write_outputs(report, args)
     if args.events:
         print(f"xlabridge: event logs kept in {args.events} (xlabridge report --read {args.events})")
-    if returncode:
-        print(f"xlabridge: the command exited with status {returncode}", file=sys.stderr)
-    return returncode
+    if status:
+        how = f" (ended by {_signal_name(-child.returncode)})" if child.returncode < 0 else ""
+        print(f"xlabridge: the command exited with status {status}{how}", file=sys.stderr)
+    return status
 
 
 def _load_step(target: str) -> tuple:
@@ -221,6 +319,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument(
         "--cache-dir", metavar="DIR", help="persistent XLA compilation cache for the command (sets XLABRIDGE_CACHE_DIR)"
+    )
+    report.add_argument(
+        "--stall-after", metavar="SECONDS", type=_stall_seconds,
+        help="when no step of a process makes progress for SECONDS, write where it is (stacks, the graph it "
+        "traces, compiles or runs, a collective it waits in); the report shows it at the user's line",
     )
     report.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after '--'")
     report.set_defaults(run=_report)

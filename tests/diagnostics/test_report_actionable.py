@@ -111,7 +111,13 @@ def test_imports_and_syncs_are_shares_of_their_own(tmp_path: Path) -> None:
     # and out of the probe's wrapper, well under a millisecond, plus whatever time the kernel kept the
     # thread waiting for a CPU meanwhile (a loaded machine: the script reads that wait, so that a stall
     # between its clock and the wrapper's is told from time the report lost)
-    syncs = [e for e in ours if isinstance(e, events.Sync)]
+    # past the first few calls of a site, its calls are summed (``sync_calls``, the latest of a site
+    # counts) and each keeps its interval in the sums' spans: one interval per call either way
+    summed = {e.site: e for e in ours if isinstance(e, events.SyncCalls)}
+    syncs = [e for e in ours if isinstance(e, events.Sync)] + [
+        events.Sync(t=span[0] + span[1], pid=e.pid, start=span[0], what=e.what)
+        for e in summed.values() for span in e.spans]
+    assert all(len(span) == 2 for e in summed.values() for span in e.spans), "a few calls: each its own span"
     outermost = [e for e in syncs if not any(o is not e and o.start <= e.start and e.t <= o.t for o in syncs)]
     timed = []
     for what, start, stop, waited in measured["calls"]:
@@ -120,10 +126,16 @@ def test_imports_and_syncs_are_shares_of_their_own(tmp_path: Path) -> None:
         assert (stop - start) - (sync.t - sync.start) <= 0.001 + waited
         timed.append(sync)
     assert {e.what for e in outermost if e not in timed} <= {"torch_xla exit"}
+
+    def in_region(start: float, stop: float) -> bool:
+        return any(o.what == "torch_xla.compile" and o.start <= start and stop <= o.t for o in syncs)
+
     # their time is the lazy share plus the XLA compilations inside them (a region's own sync is
     # inside it: its compilations count once)
-    sync_compiles = sum(e.compile_seconds for e in syncs if e.what == "torch_xla.compile" or not any(
-        o.what == "torch_xla.compile" and o.start <= e.start and e.t <= o.t for o in syncs))
+    sync_compiles = sum(e.compile_seconds for e in ours if isinstance(e, events.Sync) and (
+        e.what == "torch_xla.compile" or not in_region(e.start, e.t)))
+    sync_compiles += sum(e.compile_seconds for e in summed.values() if e.what == "torch_xla.compile" or not any(
+        in_region(span[0], span[0] + span[1]) for span in e.spans))
     assert split["lazy"] + sync_compiles == pytest.approx(sum(e.t - e.start for e in outermost), abs=1e-6)
     assert sum(split[name] for name in TimeSplit.SHARES) == pytest.approx(split["wall"], rel=1e-9)
 

@@ -103,12 +103,15 @@ def test_a_trace_of_two_ranks_merges_as_tlparse_all_ranks_reads_it(tmp_path: Pat
     logs = torch_trace.logs(tmp_path / "trace")
     assert sorted(re.search(r"rank_(\d)", p.name).group(1) for p in logs) == ["0", "1"]
     report = xd.read_trace(tmp_path / "trace")
-    assert len(report.processes) == 2 and sorted(p["rank"] for p in report.processes) == [0, 1]
+    assert len(report.processes) == 2 and sorted(p.rank for p in report.processes) == [0, 1]
+    # a trace does not record how a process ended: no process is taken for one that died
+    assert {p.ending for p in report.processes} == {"traced"}
+    assert not [f for f in report.findings if f.kind == "process-ended"]
     _tlparse.run(tmp_path / "trace", tmp_path / "tl", all_ranks=True)
     for process in report.processes:
-        parsed = _tlparse.read(tmp_path / "tl" / f"rank_{process['rank']}")
-        assert_agrees_with_tlparse(report, parsed, pid=process["pid"])
-    by_rank = {p["rank"]: [b for b in report.dynamo_breaks if b.pid == p["pid"]] for p in report.processes}
+        parsed = _tlparse.read(tmp_path / "tl" / f"rank_{process.rank}")
+        assert_agrees_with_tlparse(report, parsed, pid=process.pid)
+    by_rank = {p.rank: [b for b in report.dynamo_breaks if b.pid == p.pid] for p in report.processes}
     assert len(by_rank[0]) == 0 and len(by_rank[1]) == 1
 
 

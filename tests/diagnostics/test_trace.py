@@ -20,7 +20,7 @@ import pytest
 from tests.diagnostics import demo_like
 from xlabridge import cli
 from xlabridge.diagnostics import write_trace as exported
-from xlabridge.diagnostics.report import Report, Span, SpanKind
+from xlabridge.diagnostics.report import Process, Report, Span, SpanKind
 from xlabridge.diagnostics.views import write_trace
 
 _METADATA = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}
@@ -127,7 +127,7 @@ def test_per_kind_totals_match_the_time_split(tmp_path: Path) -> None:
 
 def test_several_processes_and_unknown_kinds_get_their_own_tracks(tmp_path: Path) -> None:
     report = Report(
-        processes=[{"pid": 11, "rank": 0}, {"pid": 12, "rank": 1}],
+        processes=[Process(pid=11, rank=0), Process(pid=12, rank=1)],
         timeline=[Span(11, "execute", 0.5, 0.25, "FX graph 0 call 1", 0), Span(12, "execute", 0.5, 0.0, "tick"),
                   Span(12, "guard-check", 1.0, 0.125, "guards"),
                   # later calls summed into one span laid over a single call of another graph

@@ -1,4 +1,8 @@
-"""What observing costs: ``backend="xlabridge"`` under ``xlabridge.diagnose()`` vs plain ``openxla``.
+"""What observing costs: ``backend="xlabridge"`` under ``xlabridge.diagnose(log=...)`` vs plain ``openxla``.
+
+Observed as ``xlabridge report`` observes a process: each event appended to the log as it comes, the
+running sums rewritten beside it and the stall watchdog (``--stall-after``) checked by the observer's
+thread a few times a second.
 
 For each model, in one run, each configuration runs in fresh processes (so neither profits
 from the other's in-memory XLA compilation cache), alternating, ``--repeats`` times:
@@ -13,7 +17,10 @@ outside any observation and one with xlabridge inside ``diagnose()``, alternatin
 and the ratio of their medians is taken; an A/A control (two plain openxla copies, paired the
 same way) shows how large a difference the pairing itself measures. The observed processes also time the bookkeeping
 the observer adds to each compiled-graph call after the fully measured first calls (two
-counter reads and one record), reported as a share of the step time. Writes JSON to tools/bench/results/diagnostics_overhead.json.
+counter reads and one record), reported as a share of the step time, and the time spent writing the
+log's lines up to the end of the first call (JSON and the write), as a share of openxla's first call:
+first calls of fresh processes vary by more than 10% from run to run here, that share does not.
+Writes JSON to tools/bench/results/diagnostics_overhead.json.
 
   PJRT_DEVICE=CPU python tools/bench/diagnostics_overhead.py [--models gpt2 bert] [--repeats 3]
 """
@@ -27,6 +34,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,21 +69,50 @@ def _trainer(model_name: str, backend: str):
     return train_step
 
 
-def worker(model_name: str, config: str, steps: int) -> dict:
-    """First call and steady median of one configuration, alone in this process."""
+def _observing(scratch: str) -> contextlib.AbstractContextManager:
+    """Observation as under ``xlabridge report --stall-after``: a log written as events come, the heartbeat."""
     import xlabridge.diagnostics as xd
 
-    observing = xd.diagnose() if config != "openxla" else contextlib.nullcontext()
+    return xd.diagnose(log=Path(scratch) / "events.jsonl", stall_after=600.0)
+
+
+def _timing_log_writes() -> list[float]:
+    """Time every event line the log writer appends (JSON and the write), in this process: the part of
+    an observed first call that writing the log as events come costs, free of the run-to-run noise."""
+    from xlabridge.diagnostics import events as ev
+
+    spent = [0.0]
+    original = ev.LogWriter.write
+
+    def write(self, event):
+        start = time.perf_counter()
+        try:
+            return original(self, event)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    ev.LogWriter.write = write
+    return spent
+
+
+def worker(model_name: str, config: str, steps: int) -> dict:
+    """First call and steady median of one configuration, alone in this process."""
+    scratch = tempfile.mkdtemp(prefix="xlabridge-overhead-")
+    observing = _observing(scratch) if config != "openxla" else contextlib.nullcontext()
+    writing = _timing_log_writes()
     with observing as report:
         train_step = _trainer(model_name, "openxla" if config == "openxla" else "xlabridge")
         first = train_step()
+        first_writes = writing[0]
         for _ in range(3):
             train_step()
         times = [train_step() for _ in range(steps)]
-        bookkeeping_us = None if report is None else _bookkeeping_us_per_call()
+    # after the observation: the probe's bookkeeping timed on a graph of its own, not counted in the report
+    bookkeeping_us = None if report is None else _bookkeeping_us_per_call()
     graph_calls = None if report is None else sum(g.calls for g in report.xla_graphs) / (steps + 4)
     return {
         "first_call_s": first,
+        "log_writes_s_to_first_call": None if report is None else first_writes,
         "steady_median_ms": statistics.median(times) * 1e3,
         "report_graphs": None if report is None else report.graph_count,
         "graph_calls_per_step": graph_calls,
@@ -89,12 +126,10 @@ def paired_worker(model_name: str, steps: int, *, observe: bool = True) -> dict:
     With ``observe=False`` the second copy is plain openxla too: the control, which shows
     what the pairing itself (a second model in the process) measures as a difference.
     """
-    import xlabridge.diagnostics as xd
-
     plain = _trainer(model_name, "openxla")
     for _ in range(4):
         plain()
-    with xd.diagnose() if observe else contextlib.nullcontext():
+    with _observing(tempfile.mkdtemp(prefix="xlabridge-overhead-")) if observe else contextlib.nullcontext():
         observed = _trainer(model_name, "xlabridge" if observe else "openxla")
         for _ in range(4):
             observed()
@@ -165,6 +200,7 @@ def main() -> None:
         print(json.dumps(result))
         return
 
+    load_before = os.getloadavg()
     results = {}
     for name in args.models:
         runs = {config: [] for config in CONFIGS}
@@ -192,6 +228,8 @@ def main() -> None:
         bookkeeping_us = statistics.median(r["bookkeeping_us_per_graph_call"] for r in runs["xlabridge+diagnose"])
         graph_calls = statistics.median(r["graph_calls_per_step"] for r in runs["xlabridge+diagnose"])
         summary["bookkeeping_share_of_step"] = bookkeeping_us * graph_calls / (base["steady_median_ms"] * 1e3)
+        writes = statistics.median(r["log_writes_s_to_first_call"] for r in runs["xlabridge+diagnose"])
+        summary["log_writes_share_of_first_call"] = writes / base["first_call_s"]
         results[name] = summary
         print(
             f"{name:10s} steady (paired, same process): {summary['steady_overhead']:+.1%} (target <= +2%; "
@@ -200,7 +238,9 @@ def main() -> None:
             f"{summary['steady_overhead_unpaired']:+.1%})  "
             f"first call: openxla {base['first_call_s']:.2f} s, observed {observed['first_call_s']:.2f} s "
             f"({summary['first_call_overhead']:+.1%}, target <= +10%)  observer bookkeeping: "
-            f"{bookkeeping_us:.1f} us x {graph_calls:.1f} graph calls = {summary['bookkeeping_share_of_step']:.2%} of a step",
+            f"{bookkeeping_us:.1f} us x {graph_calls:.1f} graph calls = {summary['bookkeeping_share_of_step']:.2%} of a step; "
+            f"writing the log as events came, to the end of the first call: {writes * 1e3:.0f} ms "
+            f"({summary['log_writes_share_of_first_call']:.2%} of openxla's first call)",
             flush=True,
         )
     import torch
@@ -208,6 +248,8 @@ def main() -> None:
     payload = {
         "benchmark": "diagnostics_overhead",
         "machine": f"{os.cpu_count()} CPUs, PJRT_DEVICE={os.environ.get('PJRT_DEVICE', 'CPU')}",
+        "observed": "diagnose(log=..., stall_after=600): the log written as events come, the heartbeat",
+        "load_average_before_after": [[round(x, 2) for x in load_before], [round(x, 2) for x in os.getloadavg()]],
         "torch": torch.__version__,
         "repeats": args.repeats,
         "steps": args.steps,

@@ -34,7 +34,7 @@ from xlabridge import _optional
 from xlabridge.diagnostics._observe import recorder as _recorder, session as _session
 from xlabridge.diagnostics._build.report import build_report
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._observe.probes import xla_helper, xla_metrics
+from xlabridge.diagnostics._observe.probes import xla_metrics
 from xlabridge.diagnostics.report import Report
 
 SCHEMA = "xlabridge.compare/1"
@@ -259,13 +259,18 @@ def compare(
 
     compiled_step = torch.compile(step, backend=backend)
     recorder = _recorder.Recorder()
+    warm: dict[int, int] = {}
+
+    def steady_starts() -> None:  # the later calls summed over the warmup steps
+        warm.update({e.graph: e.calls for e in recorder.tally_events() if isinstance(e, ev.GraphCalls)})
+
     _session.start(recorder)
     try:
-        compiled, boundary = _run_mode("compiled", compiled_step, args, kwargs, steps, warmup)
+        compiled, boundary = _run_mode("compiled", compiled_step, args, kwargs, steps, warmup, steady_starts)
     finally:
         _session.stop(recorder)
     report = build_report(recorder.events)
-    dynamo = _dynamo_result(recorder.events, report, boundary, steps)
+    dynamo = _dynamo_result(recorder.events, report, boundary, steps, warm)
     warnings = list(report.warnings)
     if dynamo.fx_graph_calls_per_step == 0:
         warnings.append(
@@ -276,8 +281,10 @@ def compare(
     return Comparison(backend=name, lazy=lazy, compiled=compiled, dynamo=dynamo, report=report, warnings=warnings)
 
 
-def _dynamo_result(events: Sequence[ev.Event], report: Report, boundary: float, steps: int) -> DynamoResult:
-    """Forward FX graph calls and the XLA graphs they ran in the steady steps, from the events."""
+def _dynamo_result(events: Sequence[ev.Event], report: Report, boundary: float, steps: int,
+                   warm: dict[int, int]) -> DynamoResult:
+    """Forward FX graph calls and the XLA graphs they ran in the steady steps, from the events
+    (``warm``: each graph's summed later calls when the steady steps began)."""
     forward = {g.graph for g in report.xla_graphs if g.role == "forward"}
     per_call = {g.graph: g.executions_per_call for g in report.xla_graphs}
     calls: dict[int, int] = {}
@@ -285,7 +292,7 @@ def _dynamo_result(events: Sequence[ev.Event], report: Report, boundary: float, 
         if isinstance(event, ev.GraphCalled) and event.start >= boundary:
             calls[event.graph] = calls.get(event.graph, 0) + 1
         elif isinstance(event, ev.GraphCalls) and event.t >= boundary:
-            calls[event.graph] = calls.get(event.graph, 0) + event.calls
+            calls[event.graph] = calls.get(event.graph, 0) + event.calls - warm.get(event.graph, 0)
     forward_calls = sum(n for graph, n in calls.items() if graph in forward)
     captured = [e for e in events if isinstance(e, ev.GraphCaptured)]
     return DynamoResult(
@@ -317,14 +324,17 @@ def _run_mode(
     kwargs: dict[str, Any],
     steps: int,
     warmup: int,
+    steady_starts: Callable[[], None] | None = None,
 ) -> tuple[ModeResult, float]:
-    """Run ``warmup`` then ``steps`` synced steps of ``fn``; the result and the steady start."""
+    """Run ``warmup`` then ``steps`` synced steps of ``fn``; the result and the steady start
+    (``steady_starts()`` is called there)."""
     start = _Snapshot.take()
     for _ in range(warmup):
         result = fn(*args, **kwargs)
         _sync()
         del result
-    xla_helper.flush()  # later calls of the warmup steps are summed before the steady start
+    if steady_starts is not None:
+        steady_starts()
     steady = _Snapshot.take()
     boundary = time.monotonic()
     times, at_sync = [], 0

@@ -16,7 +16,7 @@ from xlabridge.diagnostics import report as rp
 _TOP_LEVEL = {
     "schema": ("string", f"always ``{rp.SCHEMA}`` for this version; readers must check it"),
     "environment": ("object", "the run's environment (below); free-form, keys may be absent or ``null``"),
-    "processes": ("array of object", "``pid``, ``rank``, ``world``, ``wall_seconds`` of each process observed"),
+    "processes": ("array of *Process*", "each process observed: who it was, how far it got, how it ended"),
     "probes": ("array of *ProbeReport*", "what each probe could see"),
     "time": ("array of *TimeSplit*", "per process, its wall time split into exclusive shares"),
     "dynamo": ("object", "what Dynamo captured: ``graph_count``, ``break_count``, ``graphs`` (*DynamoGraph*), "
@@ -36,6 +36,8 @@ _TOP_LEVEL = {
 _ENVIRONMENT = (
     ("``xlabridge``, ``torch``, ``torch_xla``, ``jax``", "string or null", "versions (``null``: not installed)"),
     ("``python``, ``platform``", "string", "interpreter version, ``platform.platform()``"),
+    ("``host``", "string", "the machine's network name (``platform.node()``): a run read on the machine that ran "
+     "it tells a process still running from one that died"),
     ("``pjrt_device``", "string or null", "the ``PJRT_DEVICE`` environment variable (``TPU``, ``CPU``, ``CUDA``)"),
     ("``tpu_type``", "string or null", "the TPU accelerator type (``v5litepod-8``), where there is one"),
     ("``xla_device_type``, ``xla_device_count``", "string, integer", "what torch_xla's runtime reports"),
@@ -48,7 +50,7 @@ _ENVIRONMENT = (
      "``xlabridge report --trace-dir``): ``TORCH_TRACE``, and the first process's trace log; no other key"),
 )
 
-_ROWS = (rp.TimeSplit, rp.ProbeReport, rp.DynamoGraph, rp.DynamoBreak, rp.Recompile, rp.RecompileGroup,
+_ROWS = (rp.Process, rp.TimeSplit, rp.ProbeReport, rp.DynamoGraph, rp.DynamoBreak, rp.Recompile, rp.RecompileGroup,
          rp.XlaGraph, rp.Segment, rp.HloBreak, rp.TpuView, rp.TpuGraph, rp.RunGraph, rp.CollectiveGroup,
          rp.ProcessDivergence, rp.UnevenCompile, rp.Finding, rp.Span)
 
@@ -80,15 +82,22 @@ Two kinds of break are reported apart:
 _VERSIONING = """## Versioning
 
 The version is the number after the slash: `SCHEMA` in `xlabridge/diagnostics/report/_report.py` for
-reports, in `_event_types.py` for event logs.
+reports, in `xlabridge/diagnostics/events/_base.py` for event logs.
 
 * **Bump it** on a breaking change: a field removed or renamed, a type or meaning changed, a
-  field that readers need made optional. `Report.from_dict` and `events.read_log` refuse
-  another version, so an old reader fails loudly instead of misreading.
+  field that readers need made optional. `Report.from_dict` refuses another version, so an old
+  reader fails loudly instead of misreading; `events.read_log` warns and reads what it can.
 * **Do not bump it** for additions every reader copes with: a new field with a default (readers
   ignore fields they do not know and default the ones a file lacks), a new `environment` key, a
   new category or finding kind, a new event type (`read_log` skips and counts types it does not
   know). Regenerate this file.
+
+`events.read_log` reads a log of another schema as far as it can, with a warning; a line it
+cannot read (cut short by a killed process, damaged) is left out with a warning naming the file
+and line. A log may have running sums beside it (`events-<pid>.jsonl.sums`, rewritten whole while
+its process runs, removed at its normal end): `read_log` reads them with the log; their events are
+cumulative (`graph_calls` with `cumulative`, `sync_calls`), and the latest of each graph or call
+site counts.
 """
 
 
@@ -105,7 +114,8 @@ def _json_type(annotation: str) -> str:
     simple = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "Any": "any"}
     if annotation in simple:
         return simple[annotation]
-    enums = {e.__name__: e for e in (ev.ProbeState, ev.SegmentKind, ev.XlaPhase, ev.GraphOrigin, ev.EventType)}
+    enums = {e.__name__: e for e in (ev.ProbeState, ev.SegmentKind, ev.XlaPhase, ev.GraphOrigin, ev.EventType,
+                                     ev.Ending, ev.ActivityKind, ev.HloFormat)}
     if annotation in enums:
         return "string: " + " \\| ".join(f"`{member.value}`" for member in enums[annotation])
     return f"*{annotation}*"
@@ -150,7 +160,7 @@ def render() -> str:
         common = tuple(f.name for f in dataclasses.fields(ev.Event))
         out += ["", f"### `{event_type.value}`", "", _doc(cls), ""]
         out += _fields_table(cls, skip=common)
-    for cls in (ev.Frame, ev.SegmentRecord, ev.CpuNode):
+    for cls in (ev.Frame, ev.SegmentRecord, ev.CpuNode, ev.ThreadStack, ev.Activity):
         out += ["", f"### *{cls.__name__}*", "", _doc(cls), "", *_fields_table(cls)]
     out += ["", _VERSIONING]
     return "\n".join(out)

@@ -99,7 +99,7 @@ def append(directory: str | os.PathLike[str], report: Report, names: Sequence[st
     ``directory`` (after the run, from the command that built the report); how many were written."""
     from xlabridge.diagnostics._observe import torch_trace
 
-    pids = {p["pid"] for p in report.processes}
+    pids = {p.pid for p in report.processes}
     count = 0
     for path in torch_trace.logs(Path(directory)):
         pid, rank = _pid_and_rank(path)

@@ -10,7 +10,7 @@ the report is built.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from xlabridge.diagnostics import events as ev
@@ -20,6 +20,7 @@ from xlabridge.diagnostics.report import (
     CollectiveGroup,
     Finding,
     ProcessDivergence,
+    ProcessEnding,
     Report,
     RunGraph,
     UnevenCompile,
@@ -68,8 +69,12 @@ def label(pid: int, rank: int | None) -> str:
     return f"rank {rank}" if rank is not None else f"pid {pid}"
 
 
-def divergences(processes: Sequence[tuple[str, Sequence[ev.Event], Callable[[str], bool]]]) -> tuple[list, list]:
-    """``find_divergences`` over the processes that recorded their runs (two or more)."""
+def divergences(processes: Sequence[tuple[str, Sequence[ev.Event], Callable[[str], bool]]],
+                stopped: Collection[str] = ()) -> tuple[list, list]:
+    """``find_divergences`` over the processes that recorded their runs (two or more).
+
+    A process of ``stopped`` (it died, or still runs) ran nothing past its last graph: the places
+    after it are compared among the others only (the report says elsewhere which stopped when)."""
     from xlabridge.pod import ProcessRun, find_divergences
     from xlabridge.pod._divergence import GraphSources
     from xlabridge.pod._lazy import GraphRun, classify_cause
@@ -89,7 +94,24 @@ def divergences(processes: Sequence[tuple[str, Sequence[ev.Event], Callable[[str
         rules.append(is_user)
     if len(runs) < 2:
         return [], []
-    return find_divergences(runs, is_user=lambda filename: any(rule(filename) for rule in rules))
+    found, uneven = find_divergences(runs, is_user=lambda filename: any(rule(filename) for rule in rules))
+    last = {run.process: _last_place(run.runs) for run in runs if run.process in stopped}
+    kept = []
+    for divergence in found:
+        place = (divergence.step, divergence.position)
+        rest = {name: digest for name, digest in divergence.graphs.items()
+                if not (name in last and digest is None and place > last[name])}
+        if len(set(rest.values())) > 1:
+            kept.append(divergence)
+    return kept, uneven
+
+
+def _last_place(runs: Sequence[Any]) -> tuple[int, int]:
+    """``(step, position)`` of the last of a process's graph runs (``(-1, -1)``: none)."""
+    place = (-1, -1)
+    for run in runs:
+        place = (run.step, place[1] + 1) if run.step == place[0] else (run.step, 0)
+    return place
 
 
 def add_run_graphs(report: Report, pid: int, events: Sequence[ev.Event], rule: UserCodeRule) -> None:
@@ -158,9 +180,12 @@ def add_run_graphs(report: Report, pid: int, events: Sequence[ev.Event], rule: U
 
 def add_divergences(report: Report, processes: Sequence[tuple[int, Sequence[ev.Event], UserCodeRule]]) -> None:
     """Graphs that differ between processes at the same step, and compiles only some did."""
+    stopped = {label(p.pid, p.rank) for p in report.processes
+               if p.ending in (ProcessEnding.FAILED.value, ProcessEnding.KILLED.value, ProcessEnding.VANISHED.value,
+                               ProcessEnding.RUNNING.value)}
     found, uneven = divergences([
         (label(pid, events[0].rank), events, rule.is_user) for pid, events, rule in processes
-    ])
+    ], stopped)
     for divergence in found:
         differences = {d.process: list(d.lines) for d in divergence.differences}
         report.divergences.append(ProcessDivergence(

@@ -10,12 +10,14 @@ pod rows by ``_pod_report``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from xlabridge.diagnostics._build import (
     tpu as _build_tpu,
+    endings as _endings,
     findings as _findings,
     pod as _pod_report,
     timeline as _timeline,
@@ -40,22 +42,36 @@ from xlabridge.diagnostics.report import (
 
 __all__ = ["build_report"]
 
+logger = logging.getLogger(__name__)
 
-def build_report(events: Iterable[ev.Event]) -> Report:
-    """The report of ``events`` (one process's or several's, in any interleaving)."""
+
+def build_report(events: Iterable[ev.Event], *, running: Collection[int] = ()) -> Report:
+    """The report of ``events`` (one process's or several's, in any interleaving).
+
+    ``running``: processes the reader saw still running (their report is the report so far); a
+    process with no ``process_end`` that is not among them died without a word."""
     by_pid: dict[int, list[ev.Event]] = defaultdict(list)
     tpu_events: list[ev.Event] = []
-    for event in events:
+    for event in latest_sums(events):
         # TPU compiles are made after the run, by whichever process compiled them: not a
         # process of the run.
         (tpu_events if isinstance(event, (ev.TpuCompiled, ev.TpuPass, ev.TpuSlice)) else by_pid[event.pid]).append(event)
     report = Report()
     builders = []
     for pid, process_events in by_pid.items():
-        builder = _ProcessBuilder(report, pid, process_events)
-        builder.build()
+        builder = _ProcessBuilder(report, pid, process_events, pid in running)
+        try:
+            builder.build()
+        except Exception as error:  # noqa: BLE001 - one damaged log must not cost the others' report
+            logger.debug("building the report of process %s failed", pid, exc_info=True)
+            report.warnings.append(f"the report of process {pid} is incomplete: its events could not all be read "
+                                   f"into it ({type(error).__name__}: {error})")
         builders.append(builder)
     report.recompile_groups = _group_recompiles(report.recompiles)
+    for row in report.processes:
+        finding = _endings.ending_finding(row, report.processes)
+        if finding is not None:
+            report.findings.append(finding)
     if tpu_events:
         _build_tpu.add_tpu_view(report, [(b.events, b.rule) for b in builders], tpu_events)
     _pod_report.add_divergences(report, [(b.pid, b.events, b.rule) for b in builders])
@@ -63,11 +79,32 @@ def build_report(events: Iterable[ev.Event]) -> Report:
     return report
 
 
+def latest_sums(events: Iterable[ev.Event]) -> list[ev.Event]:
+    """``events`` without the cumulative sums a later one of the same graph or call site replaces
+    (a log's sums file and its end hold successive states of the same sums)."""
+    events = list(events)
+    latest: dict[tuple, ev.Event] = {}
+    for event in events:
+        if isinstance(event, ev.GraphCalls) and event.cumulative:
+            key: tuple = ("graph", event.pid, event.graph)
+        elif isinstance(event, ev.SyncCalls):
+            key = ("site", event.pid, event.site)
+        else:
+            continue
+        if key not in latest or event.t >= latest[key].t:
+            latest[key] = event
+    if not latest:
+        return events
+    keep = {id(event) for event in latest.values()}
+    return [e for e in events
+            if id(e) in keep or not (isinstance(e, ev.SyncCalls) or (isinstance(e, ev.GraphCalls) and e.cumulative))]
+
+
 class _ProcessBuilder:
     """Adds one process's events to a report."""
 
-    def __init__(self, report: Report, pid: int, events: list[ev.Event]) -> None:
-        self.report, self.pid, self.events = report, pid, events
+    def __init__(self, report: Report, pid: int, events: list[ev.Event], running: bool = False) -> None:
+        self.report, self.pid, self.events, self.running = report, pid, events, running
         start = next((e for e in events if isinstance(e, ev.ProcessStart)), None)
         end = next((e for e in reversed(events) if isinstance(e, ev.ProcessEnd)), None)
         self.start = start
@@ -88,6 +125,7 @@ class _ProcessBuilder:
         self._xla_graphs()
         index = {g.graph: g.index for g in self.report.xla_graphs if g.pid == self.pid}
         self.report.timeline += _timeline.spans(self.events, index)
+        self.report.findings += _endings.stall_findings(self.events, self.rule, index)
         _pod_report.add_run_graphs(self.report, self.pid, self.events, self.rule)
         self._trace_read()
 
@@ -116,11 +154,7 @@ class _ProcessBuilder:
         environment = (end.environment if end and end.environment else None) or (self.start.environment if self.start else {})
         if not self.report.environment:
             self.report.environment = dict(environment)
-        first = self.events[0]
-        self.report.processes.append({
-            "pid": self.pid, "rank": first.rank, "world": first.world,
-            "wall_seconds": (end.t - end.start) if end else None,
-        })
+        self.report.processes.append(_endings.process_row(self.pid, self.events, self.rule, self.running))
         cache = environment.get("compilation_cache") or {}
         if cache.get("state") not in (None, "off", "enabled"):
             self.report.findings.append(Finding(

@@ -2,11 +2,12 @@
 
 Starts are seconds from the process's ``process_start``. What the time split counts is placed
 here: imports, Dynamo's compilations, the bridge's extractions, each call of a compiled graph
-(summed later calls too, one span each while ``xla_helper.TIMELINE_CALLS`` lasts), the CPU
-nodes of a call (at the call's start: the probe measures their total, not where they fell), XLA
-compilations (their events give the seconds and the moment they were seen, so each is drawn to
-end there), ``torch_xla.sync()`` calls outside the compiled graphs, and the executions of
-eager-mode ops that torch_xla kept a sample of.
+(the summed later calls as their spans: one call each, or, in a long run, several in a row summed
+into one span from the first's start ``until`` the last's end), the CPU nodes of a call (at the
+call's start: the probe measures their total, not where they fell), XLA compilations (their
+events give the seconds and the moment they were seen, so each is drawn to end there),
+``torch_xla.sync()`` calls outside the compiled graphs (a site's later ones summed the same way),
+and the executions of eager-mode ops that torch_xla kept a sample of.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._build.timesplit import Holes, merged
+from xlabridge.diagnostics._build.timesplit import Holes, decoded, merged
 from xlabridge.diagnostics.report import Span, SpanKind
 
 
@@ -27,9 +28,10 @@ def spans(events: Sequence[ev.Event], graph_index: dict[int, int]) -> list[Span]
     zero, pid = start.t, start.pid
     out: list[Span] = []
 
-    def add(kind: SpanKind, begin: float, seconds: float, label: str, graph: int | None = None, calls: int = 1) -> None:
+    def add(kind: SpanKind, begin: float, seconds: float, label: str, graph: int | None = None, calls: int = 1,
+            until: float | None = None) -> None:
         out.append(Span(pid=pid, kind=kind.value, start=begin - zero, seconds=max(seconds, 0.0), label=label,
-                        graph=graph, calls=calls))
+                        graph=graph, calls=calls, until=until - zero if until is not None else None))
 
     compiled_code: list[tuple[float, float]] = []
     for event in events:
@@ -55,10 +57,15 @@ def spans(events: Sequence[ev.Event], graph_index: dict[int, int]) -> list[Span]
                 add(SpanKind.CPU_FALLBACK, event.start, event.cpu_fallback_seconds, f"CPU nodes of FX graph {graph}", graph)
         elif isinstance(event, ev.GraphCalls):
             graph = graph_index.get(event.graph)
-            for begin, seconds in event.spans:
-                add(SpanKind.EXECUTE, begin, seconds, f"FX graph {graph} call", graph)
-                compiled_code.append((begin, begin + seconds))
-            rest = event.calls - len(event.spans)
+            placed = 0
+            for begin, seconds, calls, end in decoded(event.spans):
+                placed += calls
+                if calls == 1:
+                    add(SpanKind.EXECUTE, begin, seconds, f"FX graph {graph} call", graph)
+                    compiled_code.append((begin, begin + seconds))
+                else:
+                    add(SpanKind.EXECUTE, begin, seconds, f"FX graph {graph}: {calls} calls", graph, calls, end)
+            rest = event.calls - placed
             if rest > 0:
                 add(SpanKind.EXECUTE, event.t, 0.0, f"FX graph {graph}: {rest} more calls (summed, not placed)", graph, rest)
         elif isinstance(event, ev.BackendCompile):
@@ -74,6 +81,10 @@ def spans(events: Sequence[ev.Event], graph_index: dict[int, int]) -> list[Span]
             if rest > 0:
                 add(SpanKind.EXECUTE, event.t, 0.0, f"{event.backend} {event.compile_id} {event.role}: {rest} more "
                     "calls (summed, not placed)", calls=rest)
+        elif isinstance(event, ev.SyncCalls):
+            for begin, seconds, calls, end in decoded(event.spans):
+                add(SpanKind.LAZY, begin, seconds, f"{event.what}()" + (f": {calls} calls" if calls > 1 else ""),
+                    calls=calls, until=end if calls > 1 else None)
         elif isinstance(event, ev.EagerOps):
             for begin, stop in merged((begin, begin + seconds) for begin, seconds in event.spans):
                 add(SpanKind.EAGER, begin, stop - begin, "eager ops")

@@ -32,6 +32,12 @@ From its events:
 * **CPU-fallback work**: time in the CPU nodes of partitioned graphs during their calls;
 * **other**: the rest (Python between compiled graphs, lazy tensor tracing, a host read's
   execution of pending lazy work, building a model on the host).
+
+A process without a ``process_end`` (it died, or still runs) is split up to its last event; its
+end-of-run totals (transfers, compilations outside compiled graphs) are then unknown, and the
+compilations its syncs saw stand for the latter. Later calls summed several to a span (a long
+run's) are counted in full, but only single calls' spans tell a sync inside a call from one
+between calls: a site's later syncs, summed, count as lazy.
 """
 
 from __future__ import annotations
@@ -43,6 +49,28 @@ from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics.report import TimeSplit
 
 Interval = tuple[float, float]
+
+
+def decoded(spans: Sequence[Sequence[float]]) -> list[tuple[float, float, int, float]]:
+    """An event's ``spans`` as ``(start, seconds, calls, end)`` each: ``[start, seconds]`` is one call,
+    ``[start, seconds, calls, end]`` several in a row (``seconds`` their total)."""
+    out = []
+    for span in spans:
+        if len(span) >= 4:
+            out.append((float(span[0]), float(span[1]), int(span[2]), float(span[3])))
+        elif len(span) >= 2:
+            out.append((float(span[0]), float(span[1]), 1, float(span[0]) + float(span[1])))
+    return out
+
+
+def last_t(events: Sequence[ev.Event]) -> float:
+    """The latest time a process's events show it alive: their ``t``, and the ends of summed calls
+    (a ``process_exit`` is written by another process, after this one's end)."""
+    latest = max((e.t for e in events if not isinstance(e, ev.ProcessExit)), default=0.0)
+    for event in events:
+        if isinstance(event, (ev.GraphCalls, ev.SyncCalls)):
+            latest = max([latest, *(end for _, _, _, end in decoded(event.spans))])
+    return latest
 
 
 def merged(intervals: Iterable[Interval]) -> list[Interval]:
@@ -105,10 +133,15 @@ def outermost(syncs: Sequence[ev.Sync]) -> list[ev.Sync]:
 
 
 def split(events: Sequence[ev.Event]) -> TimeSplit | None:
-    """The time split of one process's events (``None`` without a ``process_end``)."""
+    """The time split of one process's events, to its ``process_end`` or, for a process that has
+    none (it died, or still runs), to its last event (``None`` without a ``process_start``, and for
+    a process read from torch's structured trace, which holds its compilations but not its wall time)."""
     end = next((e for e in reversed(events) if isinstance(e, ev.ProcessEnd)), None)
     if end is None:
-        return None
+        start = next((e for e in events if isinstance(e, ev.ProcessStart)), None)
+        if start is None or any(isinstance(e, ev.TraceRead) for e in events):
+            return None
+        end = ev.ProcessEnd(t=max(last_t(events), start.t), pid=start.pid, start=start.t)
     compiles = [e for e in events if isinstance(e, ev.XlaCompile)]
 
     def compiled(phase: ev.XlaPhase) -> float:
@@ -123,7 +156,10 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     extracting = spans(ev.Partitioned)
     called = [e for e in events if isinstance(e, ev.GraphCalled)]
     summed = [e for e in events if isinstance(e, ev.GraphCalls)]
-    call_spans = [(e.start, e.t) for e in called] + [(s, s + d) for e in summed for s, d in e.spans]
+    # the summed calls placed one by one; where several are summed into one span, the time between
+    # them is not theirs: a steady step's sync or eager op runs between two calls, never inside one
+    call_spans = [(e.start, e.t) for e in called] + [
+        (s, s + d) for e in summed for s, d, n, _ in decoded(e.spans) if n == 1]
     # merged: TorchTPU compiles a graph's partitions inside Dynamo's compilation of its frame (torch_xla's
     # bridge extracts at the first call, outside it); nested intervals count once
     tracing = (outside(compiling + extracting, imports + backend) - compiled(ev.XlaPhase.DYNAMO)
@@ -144,11 +180,21 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     holes = Holes(inside_compiled)
     own_syncs = [s for s in outermost(syncs) if holes.outside(s.start, s.t) > 0.5 * (s.t - s.start)]
     lazy = outside([(s.start, s.t) for s in syncs], inside_compiled + imports) - sum(s.compile_seconds for s in own_syncs)
+    # a site's later syncs, summed, are a training loop's step ends: outside compiled graphs (the
+    # bridge's own syncs, at extractions, are recorded one by one)
+    sync_sums = [e for e in events if isinstance(e, ev.SyncCalls)]
+    lazy += sum(e.seconds - e.compile_seconds for e in sync_sums)
+    sync_spans = [(s.start, s.t) for s in syncs] + [
+        (s, s + d) for e in sync_sums for s, d, n, _ in decoded(e.spans) if n == 1]
     transfers = _transfers(events, called, summed)
-    eager = _eager(events, inside_compiled + imports + [(s.start, s.t) for s in syncs])
+    eager = _eager(events, inside_compiled + imports + sync_spans)
     wall = end.t - end.start
-    shares = dict(imports=length(imports), tracing=tracing, backend_compile=backend_compile,
-                  xla_compile=sum(e.seconds for e in compiles),
+    xla_compile = sum(e.seconds for e in compiles)
+    if not any(e.phase == ev.XlaPhase.OUTSIDE for e in compiles):
+        # no end-of-run total of torch_xla's compile time (a process that died, or still runs): the
+        # syncs' own compilations are all that is known of the compilations outside compiled graphs
+        xla_compile += sum(s.compile_seconds for s in own_syncs) + sum(e.compile_seconds for e in sync_sums)
+    shares = dict(imports=length(imports), tracing=tracing, backend_compile=backend_compile, xla_compile=xla_compile,
                   execution=execution, lazy=max(lazy, 0.0), eager=eager, transfers=transfers, cpu_fallback=cpu)
     return TimeSplit(pid=end.pid, wall=wall, other=wall - sum(shares.values()), **shares)
 

@@ -51,6 +51,7 @@ def environment() -> dict[str, Any]:
         "xlabridge": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "host": platform.node(),
         "torch": torch.__version__,
         "torch_xla": _module_version("torch_xla"),
         "torch_tpu": _module_version("torch_tpu"),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from xlabridge import _env
@@ -174,27 +174,56 @@ def _save_lazy_hlo(recorder: _recorder.Recorder, module, graph_hash: str) -> str
 
 def emit(recorder: _recorder.Recorder, capture_dir: Path) -> None:
     """Read this process's capture into ``recorder`` (at exit: the files are complete)."""
-    from xlabridge.pod import GraphCause, read_capture
-    from xlabridge.pod._divergence import GraphSources
-    from xlabridge.pod._lazy import classify_cause
-
     dump, sharing = _sharing(capture_dir)
     if sharing:
         _NOTES.append(f"processes {', '.join(map(str, sharing))} dumped into {dump} too, where XLA numbers "
                       "modules per process: this process's collectives are not reported (give each process its "
                       "own --xla_dump_to)")
-    capture = read_capture(capture_dir, modules=not sharing)
-    stamp = _recorder.stamp()
-    if capture.trace is None or not capture.trace.graphs:
+
+    def save(module, graph_hash: str) -> str | None:
+        if not recorder.capture_hlo:
+            return None
+        return _recorder.safely(INFO.name, "saving a lazy graph's HLO", _save_lazy_hlo, recorder, module, graph_hash)
+
+    events = capture_events(capture_dir, _recorder.stamp(), modules=not sharing, save_hlo=save)
+    if events is None:
         executed = xla_metrics.loaded() and xla_metrics.Snapshot.take().executions > 0
         recorder.add(_status(ev.ProbeState.SILENT, "torch_xla executed graphs, but its debug file recorded none")
                      if executed else _status(ev.ProbeState.OK))
         return
+    for event in events:
+        recorder.add(event)
+    recorder.add(_status(ev.ProbeState.OK))
+
+
+def recovered_events(capture_dir: Path, stamp: dict) -> list[ev.Event]:
+    """The capture of a process that did not reach its exit (killed, or still running), read by
+    whoever reads the run's directory; nothing if it recorded no graph."""
+    _, sharing = _sharing(capture_dir)
+    return capture_events(capture_dir, stamp, modules=not sharing) or []
+
+
+def capture_events(capture_dir: Path, stamp: dict, *, modules: bool = True,
+                   save_hlo: Callable[..., str | None] | None = None) -> list[ev.Event] | None:
+    """The events of one process's capture, as far as its files go (``None``: no graph recorded).
+
+    Read at the process's exit, or, for a process that died or still runs, by whoever reads the
+    run's directory: torch_xla writes its debug file and XLA its dump as they go. ``stamp``: the
+    fields the events carry (that process's); ``save_hlo(module, hash)``: the saved HLO's name.
+    """
+    from xlabridge.pod import GraphCause, read_capture
+    from xlabridge.pod._divergence import GraphSources
+    from xlabridge.pod._lazy import classify_cause
+
+    capture = read_capture(capture_dir, modules=modules)
+    if capture.trace is None or not capture.trace.graphs:
+        return None
+    out: list[ev.Event] = []
     dynamo = {GraphCause.DYNAMO_COMPILE, GraphCause.DYNAMO_EXECUTE}
     for graph in capture.trace.graphs:
         module = capture.module_of(graph)
         frames = [ev.Frame(f.filename, f.lineno, f.function) for f in graph.trigger]
-        recorder.add(ev.LazyGraphSeen(
+        out.append(ev.LazyGraphSeen(
             **stamp, hash=graph.graph_hash, cause=graph.cause_text, compiles=graph.compiles,
             executions=graph.executions, frames=frames, frames_truncated=graph.trigger_truncated,
             inputs=graph.inputs, outputs=graph.outputs, module=module.name if module else "",
@@ -202,25 +231,22 @@ def emit(recorder: _recorder.Recorder, capture_dir: Path) -> None:
         partitioned = module.analyze() if module is not None else None
         partitions = partitioned.num_partitions if partitioned is not None else 1
         if classify_cause(graph.cause_text) not in dynamo:
-            hlo_file = None
-            if recorder.capture_hlo and module is not None:
-                hlo_file = _recorder.safely(INFO.name, "saving a lazy graph's HLO", _save_lazy_hlo,
-                                            recorder, module, graph.graph_hash)
-            recorder.add(ev.XlaGraphSeen(
+            hlo_file = save_hlo(module, graph.graph_hash) if save_hlo is not None and module is not None else None
+            out.append(ev.XlaGraphSeen(
                 **stamp, graph=None, hash=graph.graph_hash, origin=ev.GraphOrigin.LAZY, hlo_file=hlo_file,
                 num_partitions=partitions, frames=frames,
             ))
         if module is not None and partitioned is not None:
-            recorder.add(ev.GraphCollectives(
+            out.append(ev.GraphCollectives(
                 **stamp, hash=graph.graph_hash, module=module.name, module_id=module.module_id,
                 num_partitions=partitions,
                 partitioned=partitioned.to_dict(), sources=GraphSources.of_module(module).to_dict(),
             ))
     causes = {graph.graph_hash: graph.cause_text for graph in capture.trace.graphs}
-    recorder.add(ev.LazyRuns(**stamp, runs=[
+    out.append(ev.LazyRuns(**stamp, runs=[
         ev.LazyRun(run.step, run.graph_hash, causes.get(run.graph_hash, ""), run.compiled) for run in capture.trace.runs
     ]))
-    recorder.add(_status(ev.ProbeState.OK))
+    return out
 
 
 def hint(recorder: _recorder.Recorder) -> None:

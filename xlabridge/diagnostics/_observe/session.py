@@ -1,15 +1,22 @@
 """Starting and ending an observation: the events that frame it, and the probes' lifetime.
 
 ``start`` writes ``process_start`` (environment, the directories the user-code rule needs),
-installs the probes for the first active recorder and records their status; ``stop`` sums
-the later graph calls, records what torch_xla's metrics saw outside the observed calls,
-runs the in-run cross-checks and the self-test's verdict, writes ``process_end`` and removes
-the probes after the last recorder.
+installs the probes for the first active recorder, records their status and starts the
+heartbeat (running sums beside the log, the stall watchdog); ``stop`` writes the recorder's
+running sums, records what torch_xla's metrics saw outside the observed calls, runs the in-run
+cross-checks and the self-test's verdict, writes ``process_end`` and removes the probes after
+the last recorder. ``end_abruptly`` is the short end of a process about to die of a signal: its
+sums and its ``process_end``, nothing that could wait.
 """
 
 from __future__ import annotations
 
-from xlabridge.diagnostics._observe import environment as _environment, fx_programs, recorder as _recorder
+from xlabridge.diagnostics._observe import (
+    environment as _environment,
+    fx_programs,
+    heartbeat as _heartbeat,
+    recorder as _recorder,
+)
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._observe.probes import (
@@ -20,7 +27,6 @@ from xlabridge.diagnostics._observe.probes import (
     selftest,
     torchtpu,
     xla_eager,
-    xla_helper,
     xla_metrics,
 )
 
@@ -28,15 +34,17 @@ _baselines: dict[int, tuple[float, xla_metrics.Snapshot, xla_eager.Baseline]] = 
 _selftest: selftest.Run | None = None
 
 
-def start(recorder: _recorder.Recorder, *, selftest_run: bool = True) -> None:
-    """Begin observing into ``recorder``."""
+def start(recorder: _recorder.Recorder, *, selftest_run: bool = True, stall_after: float | None = None,
+          run_id: str = "") -> None:
+    """Begin observing into ``recorder``; with ``stall_after``, report stalls of that many seconds."""
     global _selftest
     stamp = _recorder.stamp()
     recorder.add(ev.ProcessStart(
         **stamp, wall_time=_wall_time(), environment=_recorder.safely(
             "environment", "reading the environment", _environment.environment) or {},
-        framework_paths=_frames.framework_paths(), main_file=_frames.program_file(),
+        framework_paths=_frames.framework_paths(), main_file=_frames.program_file(), run_id=run_id,
     ))
+    _recorder.progress(stamp["t"])
     _baselines[id(recorder)] = (stamp["t"], xla_metrics.Snapshot.take(), xla_eager.Baseline())
     first = not _recorder.active()
     _recorder.attach(recorder)
@@ -45,15 +53,19 @@ def start(recorder: _recorder.Recorder, *, selftest_run: bool = True) -> None:
         if selftest_run and _selftest is None:
             _selftest = _recorder.safely("selftest", "starting the probe self-test", selftest.Run)
     registry.emit_statuses(recorder)
+    if recorder.log is not None or stall_after is not None:
+        _recorder.safely("heartbeat", "starting the observer's thread", _heartbeat.start, stall_after=stall_after)
 
 
-def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
+def stop(recorder: _recorder.Recorder, *, ended: dict | None = None, ending: ev.Ending = ev.Ending.BLOCK,
+         exception: str = "", frames: list[ev.Frame] | None = None) -> None:
     """End observing into ``recorder``; its events are then complete. ``ended``: the stamp of the
-    end of the observed time, when the caller did work of its own since (default: now)."""
+    end of the observed time, when the caller did work of its own since (default: now); ``ending``,
+    ``exception`` and ``frames``: why it ended (``process_end``)."""
     ended = ended or _recorder.stamp()
     try:
-        _recorder.safely(xla_helper.INFO.name, "summing calls", xla_helper.flush)
-        _recorder.safely(torchtpu.INFO.name, "summing calls", torchtpu.flush)
+        _recorder.safely("heartbeat", "closing a stall", _heartbeat.settle)
+        _recorder.safely("diagnostics", "writing the running sums", _add_sums, recorder)
         _recorder.safely(compiled_calls.INFO.name, "summing calls", compiled_calls.flush, recorder)
         _recorder.safely(dynamo_compiles.INFO.name, "reading compilation metrics", dynamo_compiles.drain,
                          ended=True)
@@ -67,18 +79,41 @@ def stop(recorder: _recorder.Recorder, *, ended: dict | None = None) -> None:
         recorder.add(ev.ProcessEnd(
             **ended, start=started,
             environment=_recorder.safely("environment", "reading the environment", _environment.environment) or {},
-            main_file=_frames.program_file(),
+            main_file=_frames.program_file(), ending=ending, exception=exception, frames=list(frames or []),
         ))
         _apply_selftest()  # may wait for the self-test's child process: after the end is stamped
     finally:
         _recorder.detach(recorder)
         if not _recorder.active():
             registry.restore()
+            _recorder.safely("heartbeat", "stopping the observer's thread", _heartbeat.stop)
     # after the observed time, and unobserved: lowering imports JAX, which is not the program's work
     _recorder.safely(torchtpu.INFO.name, "writing TorchTPU's graphs", torchtpu.write_graphs, recorder,
                      _lower_torchtpu if recorder.capture_hlo else None)
     kept = dynamo_graphs.kept_for(recorder)
     _recorder.safely(dynamo_graphs.INFO.name, "lowering Dynamo's graphs for TPU", fx_programs.write, recorder, kept)
+
+
+def end_abruptly(recorder: _recorder.Recorder, signal: str, frames: list[ev.Frame]) -> None:
+    """The end of a process about to die of ``signal``: its running sums and ``process_end`` written,
+    the log closed; nothing that reads torch_xla or waits (the main thread may be stuck in C code)."""
+    started = _baselines.get(id(recorder), (recorder.events[0].t if recorder.events else 0.0,))[0]
+    _add_sums(recorder)
+    recorder.add(ev.ProcessEnd(**_recorder.stamp(), start=started, environment=dict(_start_environment(recorder)),
+                               main_file=_frames.program_file(), ending=ev.Ending.SIGNAL, signal=signal,
+                               frames=frames))
+    recorder.close()
+
+
+def _start_environment(recorder: _recorder.Recorder) -> dict:
+    first = recorder.events[0] if recorder.events else None
+    return first.environment if isinstance(first, ev.ProcessStart) else {}
+
+
+def _add_sums(recorder: _recorder.Recorder) -> None:
+    """The recorder's running sums, as they are at its end, into its events."""
+    for event in recorder.tally_events():
+        recorder.add(event)
 
 
 def _lower_torchtpu(partition: torchtpu.Partition) -> str:

@@ -46,6 +46,11 @@ class EventType(str, enum.Enum):
     TPU_SLICE = "tpu_slice"
     BACKEND_COMPILE = "backend_compile"
     COMPILED_CALLS = "compiled_calls"
+    SYNC_CALLS = "sync_calls"
+    SIGNAL = "signal"
+    PROCESS_EXIT = "process_exit"
+    STALL = "stall"
+    STALL_END = "stall_end"
     TORCH_BREAK = "torch_break"
     TRACE_READ = "trace_read"
 
@@ -94,6 +99,33 @@ class XlaPhase(str, enum.Enum):
     """While Dynamo compiled a frame."""
     OUTSIDE = "outside"
     """Anywhere else: lazy tensor code outside compiled graphs, ``torch_xla.sync()``."""
+
+
+class Ending(str, enum.Enum):
+    """Why an observation ended (``process_end``)."""
+
+    EXIT = "exit"
+    """The interpreter exited: the program returned, called ``sys.exit``, or raised (``exception``)."""
+    SIGNAL = "signal"
+    """A signal whose action is to terminate arrived (``signal``): the process dies of it next."""
+    BLOCK = "block"
+    """A ``diagnose()`` block ended; the process went on."""
+
+
+class ActivityKind(str, enum.Enum):
+    """What a probe knows a process to be doing (a ``stall`` event's activities)."""
+
+    DYNAMO_COMPILE = "dynamo-compile"
+    """Dynamo compiling a frame: tracing, AOTAutograd, the backend's compile call."""
+    EXTRACTION = "extraction"
+    """A compiled FX graph's first call: torch_xla's bridge partitioning, tracing and compiling it."""
+    GRAPH_CALL = "graph-call"
+    """A later call of a compiled FX graph: its XLA graphs and CPU nodes running."""
+    SYNC = "sync"
+    """``torch_xla.sync()``, a ``torch_xla.compile`` region or a wait for the device: the lazily traced
+    step traced, compiled where new, and run."""
+    TORCHTPU_CALL = "torchtpu-call"
+    """A call of a graph TorchTPU compiled."""
 
 
 class GraphOrigin(str, enum.Enum):

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from xlabridge.diagnostics._fields import field as _field
 from xlabridge.diagnostics.events._backends import BackendCompile, CompiledCalls, FxProgram, TpuSlice
 from xlabridge.diagnostics.events._base import (
+    Ending,
     Event,
     EventType,
     Frame,
@@ -21,6 +22,7 @@ from xlabridge.diagnostics.events._base import (
     SegmentKind,
     XlaPhase,
 )
+from xlabridge.diagnostics.events._lifecycle import ProcessExit, SignalReceived, Stall, StallEnd
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -37,6 +39,8 @@ class ProcessStart(Event):
         "frames outside them, and in ``main_file``, are the user's", factory=dict
     )
     main_file: str | None = _field("the ``__main__`` script, user code wherever it lies", None)
+    run_id: str = _field("the run it belongs to: set by ``xlabridge report`` for every process of its command "
+                         "(``XLABRIDGE_RUN_ID``), so that logs of two runs in one directory are told apart", "")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -227,6 +231,13 @@ class GraphCalled(Event):
     transfer_seconds: float = _field("time of its host-device transfers (``TransferTo/FromDeviceTime``)", 0.0)
 
 
+_SPANS_DOC = (
+    "the calls in time, for the timeline: ``[start, seconds]`` for one call, ``[start, seconds, calls, end]`` for "
+    "several in a row summed (``seconds`` their total, ``end`` when the last ended); at most "
+    "``xlabridge.diagnostics._observe.tally.SPANS`` entries, so that the log does not grow with the steps"
+)
+
+
 @dataclasses.dataclass(kw_only=True)
 class GraphCalls(Event):
     """Later calls of one compiled FX graph, summed: count and time only (reading torch_xla's
@@ -237,9 +248,11 @@ class GraphCalls(Event):
     calls: int = _field("how many calls")
     seconds: float = _field("their total time")
     cpu_fallback_seconds: float = _field("time in CPU nodes over those calls", 0.0)
-    spans: list[list[float]] = _field(
-        "``[start, seconds]`` of each call, for the timeline (at most ``xla_helper.TIMELINE_CALLS`` per graph)",
-        factory=list)
+    spans: list[list[float]] = _field(_SPANS_DOC, factory=list)
+    cumulative: bool = _field(
+        "the calls since observation began, rewritten as they grow (in the log's ``.sums`` file while the process "
+        "runs, in the log at its end): of the cumulative ``graph_calls`` of a graph the latest counts. ``false`` "
+        "(older logs): calls since the previous ``graph_calls`` of the graph, to be added", False)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -279,6 +292,24 @@ class Sync(Event):
 
 
 @dataclasses.dataclass(kw_only=True)
+class SyncCalls(Event):
+    """Later calls of ``torch_xla.sync()`` (or of a compile region, or waits for the device) from one
+    call site, summed: the first few of each site are ``sync`` events; past them a step adds to its
+    site's sums, so that the log does not grow with the steps. Cumulative: of the ``sync_calls`` of
+    a site the latest counts."""
+
+    type: ClassVar[EventType] = EventType.SYNC_CALLS
+    site: int = _field("number of the call site in the process")
+    what: str = _field("as ``sync``'s ``what``", "torch_xla.sync")
+    frames: list[Frame] = _field("the site's calling stack, outermost first", factory=list)
+    calls: int = _field("calls summed here")
+    seconds: float = _field("their total time")
+    compiles: int = _field("XLA compilations inside them", 0)
+    compile_seconds: float = _field("their seconds", 0.0)
+    spans: list[list[float]] = _field(_SPANS_DOC, factory=list)
+
+
+@dataclasses.dataclass(kw_only=True)
 class EagerOps(Event):
     """Ops run in torch_xla's eager mode (``torch_xla.experimental.eager_mode(True)``: each op
     its own XLA computation, compiled once per shape and run at once), over the whole observation,
@@ -309,6 +340,13 @@ class ProcessEnd(Event):
         "the program being run, as known at the end (under ``xlabridge report`` observation starts "
         "before ``__main__`` is the user's script)", None
     )
+    ending: Ending = _field("why observation ended: ``exit`` (the interpreter exited; older logs say nothing "
+                            "else), ``signal`` or ``block`` (a ``diagnose()`` block)", Ending.EXIT)
+    exception: str = _field("the uncaught exception the interpreter exited with, ``Type: message`` "
+                            "(first line); empty if none", "")
+    signal: str = _field("the signal that ends the process (``SIGTERM``), for ``ending`` ``signal``", "")
+    frames: list[Frame] = _field("where the program was: the exception's traceback, or the main thread's stack "
+                                 "when the signal arrived; outermost first", factory=list)
 
 
 @dataclasses.dataclass
@@ -348,6 +386,8 @@ class TpuPass(Event):
     jax_version: str = _field("JAX that drove it", "")
     graphs: int = _field("distinct XLA graphs it was given", 0)
     error: str = _field("why no graph was compiled (libtpu missing, the worker did not start)", "")
+
+
 @dataclasses.dataclass(kw_only=True)
 class LazyGraphSeen(Event):
     """One distinct XLA graph of the process as torch_xla's debug file tells it (``xlabridge
@@ -426,8 +466,8 @@ EVENT_CLASSES: dict[EventType, type[Event]] = {
         CompilePath,
         BridgeGraph, Partitioned, XlaGraphSeen, XlaCompile, GraphCalled, GraphCalls, Transfer, ProcessEnd,
         TpuCompiled, TpuPass, Imported, Sync, EagerOps,
-        LazyGraphSeen, LazyRuns, GraphCollectives, FxCode, FxProgram, TpuSlice,
-        BackendCompile, CompiledCalls,
+        LazyGraphSeen, LazyRuns, GraphCollectives, FxCode, FxProgram, TpuSlice, BackendCompile, CompiledCalls,
+        SyncCalls, SignalReceived, ProcessExit, Stall, StallEnd,
     )
 }
 assert set(EVENT_CLASSES) == set(EventType), "every event type has its class"

@@ -25,6 +25,7 @@ from xlabridge.diagnostics.report._rows import (
     Finding,
     HloBreak,
     ProbeReport,
+    Process,
     Recompile,
     RecompileGroup,
     Segment,
@@ -48,7 +49,7 @@ class Report:
     """Everything observed over one ``explain`` call, ``diagnose`` block or CLI run."""
 
     environment: dict[str, Any] = _field("versions, PJRT device, TPU type, argv, compilation cache", factory=dict)
-    processes: list[dict[str, Any]] = _field("``pid``, ``rank``, ``world``, ``wall_seconds`` of each process", factory=list)
+    processes: list[Process] = _field("each process: who it was, how far it got, how it ended", factory=list)
     probes: list[ProbeReport] = _field("each probe's state", factory=list)
     time: list[TimeSplit] = _field("per process: wall seconds split into exclusive shares", factory=list)
     dynamo_graphs: list[DynamoGraph] = _field("FX graphs Dynamo captured", factory=list)
@@ -89,7 +90,7 @@ class Report:
         return {
             "schema": SCHEMA,
             "environment": dict(self.environment),
-            "processes": [dict(p) for p in self.processes],
+            "processes": [rows(p) for p in self.processes],
             "probes": [rows(p) for p in self.probes],
             "time": [rows(t) for t in self.time],
             "dynamo": {
@@ -147,7 +148,7 @@ class Report:
         return cls(
             tpu=tpu,
             environment=dict(data.get("environment", {})),
-            processes=[dict(p) for p in data.get("processes", [])],
+            processes=build(Process, data.get("processes", [])),
             probes=build(ProbeReport, data.get("probes", [])),
             time=build(TimeSplit, data.get("time", [])),
             dynamo_graphs=build(DynamoGraph, dynamo.get("graphs", [])),

@@ -4,6 +4,7 @@ beyond small derived values). Every field is documented for ``docs/report-schema
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 from xlabridge.diagnostics._fields import field as _field
 
@@ -154,6 +155,53 @@ class ProbeReport:
     sees: str = _field("what the report lacks when it cannot see", "")
 
 
+class ProcessEnding(str, enum.Enum):
+    """How a process ended, as far as the run's logs (and the process that waited for it) tell."""
+
+    EXITED = "exited"
+    """It ended normally: exit status 0, or unknown with no exception and no signal."""
+    FAILED = "failed"
+    """It exited with a non-zero status or an uncaught exception."""
+    KILLED = "killed"
+    """A signal ended it (``signal``): SIGTERM, SIGINT, or SIGKILL (the kernel's OOM killer sends it)."""
+    VANISHED = "vanished"
+    """It stopped without a word and nothing else tells how: SIGKILL (the OOM killer), ``os._exit()``, a
+    crash in native code, or a machine that went away; its log holds everything up to then."""
+    RUNNING = "running"
+    """It was still running when the report was read (the report so far)."""
+    OBSERVED = "observed"
+    """A ``diagnose()`` block ended; the process went on."""
+    TRACED = "traced"
+    """Read from torch's structured trace, which does not record how a process ended."""
+
+
+@dataclasses.dataclass
+class Process:
+    """One process of the run: who it was, how far it got and how it ended."""
+
+    pid: int = _field("process id")
+    rank: int | None = _field("its rank in a distributed run, where known", None)
+    world: int | None = _field("number of processes in the run, where known", None)
+    wall_seconds: float | None = _field("seconds observed: to its ``process_end``, or to its last event without one",
+                                        None)
+    ending: str = _field("a ``ProcessEnding`` value: ``exited``, ``failed``, ``killed``, ``vanished``, ``running`` or "
+                         "``observed``, ``traced``", ProcessEnding.EXITED.value)
+    how: str = _field("how it ended, in words (``killed by SIGKILL (exit status 137)``)", "")
+    exit_status: int | None = _field("as a shell gives it: the exit status, 128+N for signal N (null: unknown)", None)
+    signal: str = _field("the signal that ended it (``SIGTERM``), or the last one it received and handled", "")
+    exception: str = _field("the uncaught exception it exited with, ``Type: message``", "")
+    last_event_seconds: float | None = _field("seconds from its start to its last event (its last sign of life)",
+                                              None)
+    started: float | None = _field("wall-clock time (``time.time()``) of its start: lines processes up", None)
+    steps: int = _field("steps it completed as far as the probes count them: its ``torch_xla.sync()`` calls and "
+                        "compile regions, else the calls of its most called compiled graph", 0)
+    filename: str = _field("user source line it was at when it ended (an exception's, a signal's), if known",
+                           UNKNOWN_NAME)
+    lineno: int = _field("line", 0)
+    function: str = _field("function", UNKNOWN_NAME)
+    run_id: str = _field("the run it belongs to (``xlabridge report``'s)", "")
+
+
 @dataclasses.dataclass
 class Finding:
     """Something the report concludes from the events, worth acting on. ``Report.findings`` is
@@ -162,7 +210,7 @@ class Finding:
     kind: str = _field("``dynamo-break``, ``recompiles``, ``hlo-break``, ``collective-split``, ``cpu-only-graph``, "
                        "``probe``, ``cache``, "
                        "``compiled-before-observation``, ``tpu-does-not-fit``, ``tpu-refused``, "
-                       "``avoidable-collective``, ``divergence``, ``uneven-compile``, ``compile-failure`` (a frame Dynamo gave "
+                       "``avoidable-collective``, ``divergence``, ``uneven-compile``, ``stall``, ``process-ended``, ``compile-failure`` (a frame Dynamo gave "
                        "up on, read from a trace)")
     message: str = _field("what it means and what to do")
     graph: int | None = _field("``XlaGraph.index`` it is about, if any", None)

@@ -46,3 +46,6 @@ class Span:
     label: str = _field("what: ``compile 1/2``, ``FX graph 3 call 2``, ``sync``, ``torch_xla``")
     graph: int | None = _field("``XlaGraph.index`` it belongs to, if any", None)
     calls: int = _field("calls this span stands for (later calls of a graph are summed into one span)", 1)
+    until: float | None = _field("for a span of several calls in a row: when the last ended, seconds from the start of "
+                                 "observation (the calls lie between ``start`` and ``until``, ``seconds`` is their "
+                                 "total); null: the span is ``seconds`` long", None)

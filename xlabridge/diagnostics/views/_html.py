@@ -223,18 +223,23 @@ def _timeline(timeline: Timeline) -> str:
                    f'<rect class="band" x="{_LABELS:.1f}" y="{y:.1f}" width="{inner:.1f}" height="{_LANE:.0f}"/>')
         for span in lane.spans:
             x = _LABELS + max(0.0, span.start) * scale
-            width = max(_MIN_BAR, span.seconds * scale)
+            stretch = span.until - span.start if span.until is not None and span.until > span.start else None
+            width = max(_MIN_BAR, (stretch if stretch is not None else span.seconds) * scale)
             x = min(x, _LABELS + inner - _MIN_BAR)
+            # several calls summed into one span: drawn over the stretch they ran in, as full as they kept it
+            opacity = f' fill-opacity="{max(0.35, min(1.0, span.seconds / stretch)):.2f}"' if stretch else ""
             tooltip = f"{span.label}: {sections.seconds(span.seconds)}"
             if span.calls > 1:
                 tooltip += f" over {span.calls} calls"
+            if stretch is not None:
+                tooltip += f" within {sections.seconds(stretch)}"
             if span.graph is not None:
                 tooltip += f" (FX graph {span.graph})"
             tooltip += f", at {sections.seconds(span.start)}"
             out.append(f'<g class="span" data-kind="{html.escape(lane.kind)}" data-calls="{span.calls}">'
                        f'<title>{html.escape(tooltip)}</title>'
-                       f'<rect x="{x:.2f}" y="{y:.1f}" width="{width:.2f}" height="{_LANE:.0f}" fill="{lane.colour}"/>')
-            if span.calls > 1:
+                       f'<rect x="{x:.2f}" y="{y:.1f}" width="{width:.2f}" height="{_LANE:.0f}" fill="{lane.colour}"{opacity}/>')
+            if span.calls > 1 and stretch is None:  # a long run's many summed spans say their counts on hover
                 out.append(f'<text class="calls" x="{x + width + 2:.1f}" y="{y + _LANE - 5:.1f}">'
                            f"×{span.calls}</text>")
             out.append("</g>")

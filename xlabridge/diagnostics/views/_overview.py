@@ -79,7 +79,7 @@ def share_cells(split: TimeSplit) -> list[str]:
 
 def process_name(report: Report, pid: int) -> str:
     """``rank 1 (pid 42)`` where the rank is known, else ``pid 42``."""
-    rank = next((p.get("rank") for p in report.processes if p.get("pid") == pid), None)
+    rank = next((p.rank for p in report.processes if p.pid == pid), None)
     return f"rank {rank} (pid {pid})" if rank is not None else f"pid {pid}"
 
 
@@ -123,6 +123,8 @@ _KIND_NOUNS = {
     "uneven-compile": ("uneven compile", "uneven compiles"),
     "tpu-does-not-fit": ("graph too big for one TPU device", "graphs too big for one TPU device"),
     "tpu-refused": ("graph XLA:TPU refused", "graphs XLA:TPU refused"),
+    "stall": ("stall", "stalls"),
+    "process-ended": ("process that did not end normally", "processes that did not end normally"),
 }
 """A finding's kind as a noun, singular and plural (``4 recompiles``)."""
 
@@ -140,9 +142,11 @@ def _wall_of(report: Report, pid: int | None) -> float:
     return sum(walls.values())
 
 
-def _place(finding: Finding) -> str:
+def _place(report: Report, finding: Finding) -> str:
     if finding.lineno <= 0 and finding.filename.startswith("<"):
-        return f"graph {finding.graph}" if finding.graph is not None else "the run"
+        if finding.graph is not None:
+            return f"graph {finding.graph}"
+        return process_name(report, finding.pid) if finding.pid is not None and len(report.processes) > 1 else "the run"
     return where(finding.filename, finding.lineno, finding.function)
 
 
@@ -159,7 +163,7 @@ def ranked(report: Report) -> list[Ranked]:
         message = finding.message
         if finding.filename and not finding.filename.startswith("<"):  # its place as the views write it
             message = message.replace(finding.filename, short_path(finding.filename))
-        out.append(Ranked(len(out) + 1, _place(finding), _what(finding), cost, share, finding.cost, finding.code,
+        out.append(Ranked(len(out) + 1, _place(report, finding), _what(finding), cost, share, finding.cost, finding.code,
                           finding.url, message))
     return out
 
@@ -196,7 +200,8 @@ def timeline(report: Report) -> Section | None:
         spans = [span for span in report.timeline if span.pid == pid]
         kinds = [k for k in known if any(s.kind == k for s in spans)]
         kinds += list(dict.fromkeys(s.kind for s in spans if s.kind not in known))
-        end = max([walls.get(pid, 0.0), *(s.start + s.seconds for s in spans)])
+        # a span of summed calls reaches to its last call's end (``until``), past its summed seconds
+        end = max([walls.get(pid, 0.0), *(max(s.start + s.seconds, s.until or 0.0) for s in spans)])
         lanes = [Lane(kind, KIND_COLOURS.get(kind, OTHER_COLOUR), [s for s in spans if s.kind == kind])
                  for kind in kinds]
         section.timelines.append(Timeline(pid, f"{process_name(report, pid)}: {seconds(end)}", end, lanes))

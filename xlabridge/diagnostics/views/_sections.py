@@ -412,21 +412,41 @@ def _collectives(report: Report) -> Section | None:
     return section
 
 
+_NORMAL = ("exited", "observed", "traced")
+"""Endings that are no finding: a normal exit, a ``diagnose()`` block's end, a trace that does not say."""
+
+
+def _abnormal(report: Report) -> bool:
+    return any(p.ending not in _NORMAL for p in report.processes)
+
+
 def _processes(report: Report) -> Section | None:
-    if len({g.pid for g in report.run_graphs}) < 2 and not report.divergences:
+    """Every process, how far it got and how it ended (which rank stopped when), then where processes
+    ran different graphs (``--pod``)."""
+    several = len(report.processes) > 1 or len({g.pid for g in report.run_graphs}) > 1
+    if not several and not report.divergences and not _abnormal(report):
         return None
-    names = dict.fromkeys(g.process for g in report.run_graphs)
+    ended = [p for p in report.processes if p.ending not in _NORMAL]
     section = Section(
         "processes", "Processes",
-        summary=f"{plural(len(names), 'process')}, {plural(len(report.divergences), 'divergence')}, "
-        f"{plural(len(report.uneven_compiles), 'uneven compile')}",
-        tables=[Table(
-            ["process", "graphs", "runs", "compiles"],
-            [[name, str(len(gs)), str(sum(g.executions for g in gs)), str(sum(g.compiles for g in gs))]
-             for name in names for gs in [[g for g in report.run_graphs if g.process == name]]],
-            [10, 6, 6, 8],
-        )],
+        summary=f"{plural(len(report.processes), 'process')}, {len(ended)} did not end normally, "
+        f"{plural(len(report.divergences), 'divergence')}, {plural(len(report.uneven_compiles), 'uneven compile')}",
     )
+    first = min((p.started for p in report.processes if p.started is not None), default=None)
+    graphs = {name: [g for g in report.run_graphs if g.process == name] for name in dict.fromkeys(
+        g.process for g in report.run_graphs)}
+    rows = []
+    for p in report.processes:
+        name = f"rank {p.rank}" if p.rank is not None else f"pid {p.pid}"
+        mine = graphs.get(name, [])
+        stopped = (p.started + p.last_event_seconds - first
+                   if first is not None and p.started is not None and p.last_event_seconds is not None else None)
+        rows.append([process_name(report, p.pid), p.ending, str(p.steps), seconds(stopped),
+                     str(sum(g.executions for g in mine)) if mine else "-", p.how])
+    section.tables.append(Table(
+        ["process", "ended", "steps", "last event", "graph runs", "how"], rows, [22, 8, 6, 10, 10, 0]))
+    section.notes.append("last event: seconds from the run's first process start to the process's last sign of "
+                         "life; a process killed without a word stopped then")
     if report.divergences:
         section.tables.append(Table(
             ["step", "graph", "graphs run", "lines only this process has"],
@@ -443,8 +463,8 @@ def _processes(report: Report) -> Section | None:
              for u in report.uneven_compiles],
             [4, 5, 10, 30, 0],
         ))
-    if not report.divergences:
-        section.notes.append("every process ran the same graphs in the same order")
+    if len(graphs) > 1 and not report.divergences:
+        section.notes.append("every process ran the same graphs in the same order, as far as each got")
     return section
 
 

@@ -99,11 +99,14 @@ def _strips(timeline: Timeline) -> list[str]:
         busy = [0.0] * columns
         touched = [False] * columns
         for span in lane.spans:
+            # several calls summed into one span: their time spread over the stretch they ran in
+            stop = span.until if span.until is not None and span.until > span.start else span.start + span.seconds
+            density = span.seconds / (stop - span.start) if stop > span.start else 1.0
             first = min(columns - 1, max(0, int(span.start / step)))
-            last = min(columns - 1, max(first, int((span.start + span.seconds) / step - 1e-9)))
+            last = min(columns - 1, max(first, int(stop / step - 1e-9)))
             for column in range(first, last + 1):
                 left, right = column * step, (column + 1) * step
-                busy[column] += max(0.0, min(right, span.start + span.seconds) - max(left, span.start))
+                busy[column] += density * max(0.0, min(right, stop) - max(left, span.start))
                 touched[column] = True
         cells = "".join("█" if b >= step / 2 else "▏" if t else " " for b, t in zip(busy, touched))
         lines.append(f"  {lane.kind.ljust(label)} |{cells}| {sections.seconds(lane.seconds)}".rstrip())

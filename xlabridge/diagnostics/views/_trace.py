@@ -40,9 +40,16 @@ def _tracks(spans: list[Span]) -> list[int]:
         track = next((t for t, end in enumerate(ends) if end <= span.start), len(ends))
         if track == len(ends):
             ends.append(0.0)
-        ends[track] = span.start + max(0.0, span.seconds)
+        ends[track] = _end(span)
         tracks[index] = track
     return tracks
+
+
+def _end(span: Span) -> float:
+    """Where a span ends on its track: several calls summed into one span cover the stretch they ran in."""
+    if span.until is not None and span.until > span.start:
+        return span.until
+    return span.start + max(0.0, span.seconds)
 
 
 def trace_events(report: Report) -> dict[str, Any]:
@@ -71,7 +78,7 @@ def trace_events(report: Report) -> dict[str, Any]:
                     "cat": span.kind,
                     "ph": "X",
                     "ts": span.start * _MICROSECONDS,
-                    "dur": max(0.0, span.seconds) * _MICROSECONDS,
+                    "dur": (_end(span) - span.start) * _MICROSECONDS,
                     "pid": pid,
                     "tid": 1 + order[kind] * _TRACKS + min(track, _TRACKS - 1),
                     "args": {"graph": span.graph, "calls": span.calls, "seconds": span.seconds},

@@ -1,7 +1,7 @@
 """Loaded at start-up by every Python process of a command run under ``xlabridge report``.
 
-It starts collecting in this process (the report is written when the process exits), then
-hands over to any ``sitecustomize`` module that this one shadows.
+It starts collecting in this process (its events go to its log as they come), then hands over
+to any ``sitecustomize`` module that this one shadows.
 """
 
 import importlib.machinery
@@ -10,13 +10,14 @@ import os
 import sys
 
 
-_COMPILE_WORKERS = (os.path.join("_inductor", "compile_worker", "__main__.py"), "torch._inductor.compile_worker")
+_COMPILE_WORKERS = (os.path.join("torch", "_inductor", "compile_worker", ""), "torch._inductor.compile_worker")
 """How inductor starts its compile workers: their work is the parent's inductor compile (its
-``backend compile`` share covers the wait on them), not a process of the user's program."""
+``backend compile`` share covers the wait on them), not a process of the user's program; not
+observed (they also outlive a parent killed by a signal)."""
 
 
 def _compile_worker() -> bool:
-    return any(arg.endswith(_COMPILE_WORKERS) for arg in getattr(sys, "orig_argv", sys.argv))
+    return any(marker in arg for arg in getattr(sys, "orig_argv", sys.argv) for marker in _COMPILE_WORKERS)
 
 
 def _start_collecting() -> None:
@@ -28,7 +29,11 @@ def _start_collecting() -> None:
     try:
         from xlabridge.diagnostics._observe import pod as _pod, process as _process
 
-        _process.observe_until_exit(directory, capture_hlo=_env.get(_env.CAPTURE_HLO) == "1", pod=_pod.wanted())
+        stall = _env.get(_env.STALL_AFTER)
+        _process.observe_until_exit(
+            directory, capture_hlo=_env.get(_env.CAPTURE_HLO) == "1", pod=_pod.wanted(),
+            stall_after=float(stall) if stall else None, run_id=_env.get(_env.RUN_ID) or "",
+        )
     except Exception as error:
         sys.stderr.write(f"xlabridge: diagnostics are off in this process ({type(error).__name__}: {error})\n")
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics import _frames
-from xlabridge.diagnostics._observe import recorder as _recorder
+from xlabridge.diagnostics._observe import recorder as _recorder, watchdog
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, xla_metrics
 
@@ -113,12 +113,22 @@ def _end(args: tuple[Any, ...]) -> None:
         return
     start, trigger, frames, compile_before = opened
     end = time.monotonic()
+    _recorder.progress(end)
     _STATE.timed.add(f"{compile_id}:{trigger}")
     _STATE.pending[f"{compile_id}:{trigger}"] = (start, end, frames)
     compiled = _compile_seconds() - compile_before
     if compiled > 0:
         _recorder.emit(ev.XlaCompile(**_recorder.stamp(end), graph=None, phase=ev.XlaPhase.DYNAMO,
                                      count=0, seconds=compiled))
+
+
+def _under_way() -> list[ev.Activity]:
+    """The compilations begun and not ended (a stall report's)."""
+    return [ev.Activity(ev.ActivityKind.DYNAMO_COMPILE, f"{trigger} {compile_id}", since=start)
+            for compile_id, (start, trigger, _, _) in list(_STATE.open.items())]
+
+
+watchdog.report_state(_under_way)
 
 
 def _metrics_records() -> list[Any]:

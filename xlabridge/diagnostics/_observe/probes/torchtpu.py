@@ -36,7 +36,6 @@ import itertools
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -45,7 +44,7 @@ import torch
 
 from xlabridge._upstream import torch_tpu as upstream_tpu
 from xlabridge.diagnostics import _frames
-from xlabridge.diagnostics._observe import recorder as _recorder
+from xlabridge.diagnostics._observe import recorder as _recorder, tally as _tally, watchdog
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, status as _status, imports
 from xlabridge.diagnostics._observe.probes.dynamo_graphs import current_compile_id
@@ -78,10 +77,8 @@ COMPILER = "torchtpu"
 """``BridgeGraph.compiler`` of the graphs this probe reports."""
 
 FULLY_MEASURED_CALLS = 3
-"""Calls of each graph reported one by one (``graph_called``); later ones are summed (``graph_calls``)."""
-
-TIMELINE_CALLS = 2000
-"""Later calls of one graph kept for the timeline, as for torch_xla's graphs."""
+"""Calls of each graph reported one by one (``graph_called``); later ones are summed (the recorders'
+running sums, cumulative ``graph_calls`` events), as for torch_xla's graphs."""
 
 
 # ---------------------------------------------------------------- the diagnostics
@@ -92,7 +89,6 @@ torch_xla needing torch 2.9 and torch_tpu 2.11 and later)."""
 _COMPILING = threading.local()
 _MARK = "_xlabridge_graph"
 """The attribute that ties an executable TorchTPU returned to its observed graph."""
-_OBSERVED: weakref.WeakSet[_Graph] = weakref.WeakSet()
 _PENDING: list[_Graph] = []
 """Graphs whose partitions' ``xla_graph`` events are still to be written (at the end of observation,
 after their StableHLO is lowered where HLO is captured)."""
@@ -110,7 +106,7 @@ class _Graph:
         self.partitions: list[Partition] = []
         self.recorders = _recorder.recorders()
         self.calls = 0
-        self.pending_calls, self.pending_seconds, self.pending_spans = 0, 0.0, []
+        self.key = ("graph-calls", self.number)
 
     def programs(self) -> list[Partition]:
         """The partitions one call runs, in order: for a graph with dynamic shapes, one bucket's."""
@@ -146,25 +142,21 @@ class _Graph:
         start = time.monotonic()
         result = original(executable, *args, **kwargs)
         end = time.monotonic()
+        _recorder.progress(end)
         if self.calls <= FULLY_MEASURED_CALLS:
             _recorder.safely(INFO.name, "recording a call", self._emit_call, start, end)
         else:
-            self.pending_calls += 1
-            self.pending_seconds += end - start
-            if len(self.pending_spans) < TIMELINE_CALLS:
-                self.pending_spans.append([start, end - start])
+            _recorder.tally(self.key, self._sums, start, end - start)
         return result
+
+    def _sums(self) -> _tally.GraphCallSums:
+        return _tally.GraphCallSums(self.number)
 
     def _emit_call(self, start: float, end: float) -> None:
         _recorder.emit(ev.GraphCalled(**_recorder.stamp(end), graph=self.number, call=self.calls, start=start,
                                       executions=len(self.programs()), transfers_to_device=0,
                                       transfers_from_device=0))
 
-    def flush(self) -> None:
-        if self.pending_calls:
-            _recorder.emit(ev.GraphCalls(**_recorder.stamp(), graph=self.number, calls=self.pending_calls,
-                                         seconds=self.pending_seconds, spans=self.pending_spans))
-            self.pending_calls, self.pending_seconds, self.pending_spans = 0, 0.0, []
 
 
 def _on_partition(record: Callable[[], Partition]) -> None:
@@ -216,7 +208,6 @@ def _wrap_compile_graph_module(original: Any) -> Any:
         # pickles its own fields only, so AOTAutograd's cache never stores the mark
         with contextlib.suppress(AttributeError, TypeError):
             executable.__dict__[_MARK] = graph
-        _OBSERVED.add(graph)
         return executable
 
     return _compile_graph_module
@@ -232,10 +223,14 @@ def _wrap_executable_call(original: Any) -> Any:
     return __call__
 
 
-def flush() -> None:
-    """Write the summed later calls of every graph (when an observation ends)."""
-    for graph in list(_OBSERVED):
-        _recorder.safely(INFO.name, "summing calls", graph.flush)
+def _activity(frame: Any) -> ev.Activity | None:
+    """A stalled thread inside a call of a TorchTPU graph: which one."""
+    graph = frame.f_locals.get("self")
+    return ev.Activity(ev.ActivityKind.TORCHTPU_CALL, f"call {graph.calls}", graph.number) \
+        if isinstance(graph, _Graph) else None
+
+
+watchdog.recognize((_Graph.call.__code__,), _activity)
 
 
 def write_graphs(recorder: _recorder.Recorder, lower: Callable[[Partition], str] | None) -> None:

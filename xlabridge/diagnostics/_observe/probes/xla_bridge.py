@@ -274,21 +274,34 @@ def _install_window(installation: Installation, extraction: Extraction) -> None:
     installation.replace(upstream_xla.xlac(), "_get_graph_hash", wrap_graph_hash)
 
 
+_EXTRACTING = [0]
+"""Extractions under way (nested when a graph's first call compiles another's)."""
+
+
+def extracting() -> bool:
+    """Whether the bridge is extracting a graph now (its first call)."""
+    return _EXTRACTING[0] > 0
+
+
 @contextlib.contextmanager
 def window(extraction: Extraction) -> Iterator[bool]:
     """The bridge observed for one call; yields whether the wrappers are in place."""
     installation = Installation()
+    _EXTRACTING[0] += 1
     try:
-        _install_window(installation, extraction)
-    except Exception as error:  # the bridge changed: the call runs unobserved, the report says so
-        installation.restore()
-        _status.unavailable(INFO, f"{type(error).__name__}: {error}")
-        yield False
-        return
-    try:
-        yield True
+        try:
+            _install_window(installation, extraction)
+        except Exception as error:  # the bridge changed: the call runs unobserved, the report says so
+            installation.restore()
+            _status.unavailable(INFO, f"{type(error).__name__}: {error}")
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            installation.restore()
     finally:
-        installation.restore()
+        _EXTRACTING[0] -= 1
 
 
 def check() -> None:

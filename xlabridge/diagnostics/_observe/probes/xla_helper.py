@@ -9,7 +9,8 @@ original and wraps the callable it returns, keeping its calling convention (boxe
 Each call of that callable is timed. The first ``FULLY_MEASURED_CALLS`` calls also read
 torch_xla's metrics before and after (executions, transfers, bytes, compilations); reading them
 costs more than a small graph's call, so later calls read only the compilation counter and
-are summed (``graph_calls`` events, written when observation ends). The first call is
+are summed (the recorders' running sums: cumulative ``graph_calls`` events, rewritten beside the
+log while the process runs and written into it when observation ends). The first call is
 observed with the bridge probe's ``window`` (the extraction). Graphs keep their wrapper after
 observation ends; it then only checks that nobody observes and calls through.
 Checked on torch 2.8.0 and 2.9.0 with their torch_xla (``xla_backend_helper(model,
@@ -20,13 +21,12 @@ from __future__ import annotations
 
 import itertools
 import time
-import weakref
 from typing import Any
 
 import torch
 
 from xlabridge._upstream import torch as upstream_torch
-from xlabridge.diagnostics._observe import recorder as _recorder
+from xlabridge.diagnostics._observe import recorder as _recorder, tally as _tally, watchdog
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, xla_bridge, xla_metrics
 from xlabridge.diagnostics._observe.probes.dynamo_graphs import current_compile_id
@@ -43,12 +43,7 @@ INFO = ProbeInfo(
 
 FULLY_MEASURED_CALLS = 3
 
-TIMELINE_CALLS = 2000
-"""Later calls of one graph whose start and length are kept for the timeline (two floats each);
-past that, calls are only summed."""
-
 _NUMBERS = itertools.count()
-_LIVE: weakref.WeakSet[ObservedGraph] = weakref.WeakSet()
 
 
 def _role(model: Any) -> str:
@@ -66,12 +61,7 @@ class ObservedGraph:
         self.number = next(_NUMBERS)
         self.calls = 0
         self.clock = xla_bridge.CpuClock()
-        self.pending_calls = 0
-        self.pending_seconds = 0.0
-        self.pending_cpu = 0.0
-        self.pending_spans: list[list[float]] = []
-        self.spans_kept = 0
-        _LIVE.add(self)
+        self.key = ("graph-calls", self.number)
         fx_ops = len(xla_bridge.graph_ops(model)) if isinstance(model, torch.fx.GraphModule) else 0
         devices = sorted({x.device.type for x in example_inputs or () if isinstance(x, torch.Tensor)})
         _recorder.emit(ev.BridgeGraph(**_recorder.stamp(), graph=self.number, compile_id=current_compile_id(),
@@ -106,6 +96,7 @@ class ObservedGraph:
         with xla_bridge.window(extraction):
             result = self.compiled(*args, **kwargs)
         end, after = time.monotonic(), xla_metrics.Snapshot.take()
+        _recorder.progress(end)
         _recorder.safely(INFO.name, "recording a first call", self._record_first, extraction, start, end,
                          before, after, cpu)
         return result
@@ -123,6 +114,7 @@ class ObservedGraph:
         start, before, cpu = time.monotonic(), xla_metrics.Snapshot.take(), self.clock.seconds
         result = self.compiled(*args, **kwargs)
         end, after = time.monotonic(), xla_metrics.Snapshot.take()
+        _recorder.progress(end)
         _recorder.safely(INFO.name, "recording a call", self._emit_call, self.calls, start, end, before, after,
                          self.clock.seconds - cpu)
         return result
@@ -145,13 +137,9 @@ class ObservedGraph:
         compiles, cpu, wall = xla_metrics.uncached_compiles(), self.clock.seconds, time.time()
         start = time.monotonic()
         result = self.compiled(*args, **kwargs)
-        seconds = time.monotonic() - start
-        self.pending_seconds += seconds
-        self.pending_calls += 1
-        if self.spans_kept < TIMELINE_CALLS:
-            self.spans_kept += 1
-            self.pending_spans.append([start, seconds])
-        self.pending_cpu += self.clock.seconds - cpu
+        end = time.monotonic()
+        _recorder.progress(end)
+        _recorder.tally(self.key, self._sums, start, end - start, self.clock.seconds - cpu)
         compiled = xla_metrics.uncached_compiles() - compiles
         if compiled > 0:
             _recorder.safely(INFO.name, "recording a recompilation", self._emit_compiles, compiled, wall)
@@ -161,19 +149,22 @@ class ObservedGraph:
         _recorder.emit(ev.XlaCompile(**_recorder.stamp(), graph=self.number, phase=ev.XlaPhase.CALL,
                                      count=count, seconds=xla_metrics.compile_seconds_since(wall)))
 
-    def flush(self) -> None:
-        if not self.pending_calls:
-            return
-        _recorder.emit(ev.GraphCalls(**_recorder.stamp(), graph=self.number, calls=self.pending_calls,
-                                     seconds=self.pending_seconds, cpu_fallback_seconds=self.pending_cpu,
-                                     spans=self.pending_spans))
-        self.pending_calls, self.pending_seconds, self.pending_cpu, self.pending_spans = 0, 0.0, 0.0, []
+    def _sums(self) -> _tally.GraphCallSums:
+        return _tally.GraphCallSums(self.number)
 
 
-def flush() -> None:
-    """Write the summed later calls of every graph (when an observation ends)."""
-    for graph in list(_LIVE):
-        _recorder.safely(INFO.name, "summing calls", graph.flush)
+def _activity(frame: Any) -> ev.Activity | None:
+    """A stalled thread inside an observed graph's call: which graph, which call."""
+    graph = frame.f_locals.get("self")
+    if not isinstance(graph, ObservedGraph):
+        return None
+    if frame.f_code is ObservedGraph._first_call.__code__:
+        return ev.Activity(ev.ActivityKind.EXTRACTION, "first call", graph.number)
+    return ev.Activity(ev.ActivityKind.GRAPH_CALL, f"call {graph.calls}", graph.number)
+
+
+watchdog.recognize((ObservedGraph._first_call.__code__, ObservedGraph._measured_call.__code__,
+                    ObservedGraph._timed_call.__code__), _activity)
 
 
 def _wrap_helper(original: Any) -> Any:

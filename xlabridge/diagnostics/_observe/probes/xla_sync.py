@@ -14,12 +14,18 @@ execution still needed; and records each call's interval, the
 XLA compilations inside it and the calling stack.
 The bridge's own syncs during an extraction are recorded too; the time split counts each
 interval once, in the innermost share.
+
+A training loop syncs once per step from the same line, so the first ``FULLY_RECORDED`` calls of
+each call site (its stack) are ``sync`` events, and the later ones add to the site's running sum
+(``sync_calls``): the log does not grow with the steps. A sync during the bridge's extraction is
+always recorded in full: it belongs to a compilation, which happens a bounded number of times.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import time
 from collections.abc import Iterator
 from types import ModuleType
@@ -27,9 +33,16 @@ from typing import Any
 
 from xlabridge._upstream import torch_xla as upstream_xla
 from xlabridge.diagnostics import _frames
-from xlabridge.diagnostics._observe import recorder as _recorder
+from xlabridge.diagnostics._observe import recorder as _recorder, tally as _tally, watchdog
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, status as _status, imports, xla_metrics
+from xlabridge.diagnostics._observe.probes import (
+    Installation,
+    ProbeInfo,
+    imports,
+    status as _status,
+    xla_bridge,
+    xla_metrics,
+)
 
 INFO = ProbeInfo(
     name="xla.sync",
@@ -48,6 +61,14 @@ REGION = "torch_xla.compile"
 WAIT = "xm.wait_device_ops"
 EXIT = "torch_xla exit"
 
+FULLY_RECORDED = 3
+"""Calls of each call site recorded as ``sync`` events; later ones are summed (``sync_calls``)."""
+
+_SITES: dict[tuple, list[int]] = {}
+"""Each call site (kind and stack) seen: ``[its number, its calls so far]``."""
+_OPEN: list[tuple[str, float]] = []
+"""The syncs under way, outermost first (what a stall report says the process is in)."""
+
 
 @contextlib.contextmanager
 def _timed(what: str) -> Iterator[None]:
@@ -55,19 +76,47 @@ def _timed(what: str) -> Iterator[None]:
         yield
         return
     start, wall, compiles = time.monotonic(), time.time(), xla_metrics.uncached_compiles()
+    _OPEN.append((what, start))
     try:
         yield
     finally:
-        _recorder.safely(INFO.name, f"recording {what}", _emit, what, start, wall, compiles)
+        _OPEN.pop()
+        end = time.monotonic()
+        _recorder.progress(end)
+        _recorder.safely(INFO.name, f"recording {what}", _record, what, start, end, wall, compiles)
 
 
-def _emit(what: str, start: float, wall: float, compiles_before: int) -> None:
+def _site(skip: int) -> tuple:
+    """The calling stack as a key: code objects and lines (frames are made only for a new site)."""
+    frame, key = sys._getframe(skip), []
+    while frame is not None:
+        key.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(key)
+
+
+def _record(what: str, start: float, end: float, wall: float, compiles_before: int) -> None:
     compiles = xla_metrics.uncached_compiles() - compiles_before
-    _recorder.emit(ev.Sync(
-        **_recorder.stamp(), start=start, what=what, compiles=compiles,
-        compile_seconds=xla_metrics.compile_seconds_since(wall) if compiles else 0.0,
-        frames=_frames.current_stack(skip=2),
-    ))
+    compile_seconds = xla_metrics.compile_seconds_since(wall) if compiles else 0.0
+    key = (what, _site(4))
+    site = _SITES.get(key)
+    if site is None:
+        site = _SITES[key] = [len(_SITES), 0]
+    site[1] += 1
+    if site[1] <= FULLY_RECORDED or xla_bridge.extracting():
+        _recorder.emit(ev.Sync(**_recorder.stamp(end), start=start, what=what, compiles=compiles,
+                               compile_seconds=compile_seconds, frames=_frames.current_stack(skip=4)))
+        return
+    number = site[0]
+    _recorder.tally(("sync-calls", number), lambda: _tally.SyncSums(number, what, _frames.current_stack(skip=5)),
+                    start, end - start, compiles, compile_seconds)
+
+
+def _under_way() -> list[ev.Activity]:
+    return [ev.Activity(ev.ActivityKind.SYNC, what, since=start, thread="MainThread") for what, start in list(_OPEN)]
+
+
+watchdog.report_state(_under_way)
 
 
 def _waiting(what: str) -> Any:

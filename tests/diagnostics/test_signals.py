@@ -1,0 +1,73 @@
+"""How an observed process hands signals on (``_observe/ending``), checked in processes of their own
+against what the same program does unobserved: a handler the process had before observation began
+still runs, an ignored signal stays ignored, and a child made by ``fork`` (a DataLoader's worker)
+that gets SIGTERM dies of it alone, never taking its observed parent with it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from xlabridge.diagnostics import events as ev
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROGRAM = textwrap.dedent(
+    """
+    import os, signal, sys, time
+
+    def before(signum, frame):  # the process's own, installed before observation begins
+        print("handled", signal.Signals(signum).name, flush=True)
+
+    mode = sys.argv[2]
+    if mode == "handler":
+        signal.signal(signal.SIGTERM, before)
+    elif mode == "ignored":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if sys.argv[1] != "-":
+        from xlabridge.diagnostics._observe import process
+        process.observe_until_exit(sys.argv[1])
+    if mode == "fork":
+        child = os.fork()
+        if child == 0:
+            time.sleep(30)
+            os._exit(0)
+        time.sleep(0.5)
+        os.kill(child, signal.SIGTERM)
+        print("child", os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]), flush=True)
+    else:
+        os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1.5)  # the heartbeat would have acted on a signal by now
+    print("alive", flush=True)
+    """
+)
+
+
+def _run(tmp_path: Path, mode: str, observed: bool) -> subprocess.CompletedProcess:
+    (tmp_path / "program.py").write_text(PROGRAM)
+    directory = tmp_path / ("events" if observed else "plain")
+    directory.mkdir(exist_ok=True)
+    return subprocess.run([sys.executable, str(tmp_path / "program.py"), str(directory) if observed else "-", mode],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+@pytest.mark.parametrize("mode", ["handler", "ignored", "fork"])
+def test_the_process_does_what_it_does_unobserved(tmp_path, mode):
+    plain, observed = _run(tmp_path, mode, observed=False), _run(tmp_path, mode, observed=True)
+    assert (observed.returncode, observed.stdout) == (plain.returncode, plain.stdout)
+    assert plain.returncode == 0 and "alive" in plain.stdout
+
+
+def test_a_handler_from_before_observation_is_noted_with_the_signal(tmp_path):
+    _run(tmp_path, "handler", observed=True)
+    (log,) = (tmp_path / "events").glob("events-*.jsonl")
+    events = ev.read_log(log).events
+    (received,) = [e for e in events if isinstance(e, ev.SignalReceived)]
+    assert received.signal == "SIGTERM" and received.handler.endswith("program.py:4 (before)")
+    assert isinstance(events[-1], ev.ProcessEnd) and events[-1].ending == ev.Ending.EXIT
