@@ -64,8 +64,11 @@ def _env(tmp_path: Path) -> dict[str, str]:
     # the observed run compiled (the same kernels), and nothing depends on the machine's cache
     # TPU_SKIP_MDS_QUERY: without a TPU, torch_tpu's first backward() waits minutes on the GCE metadata
     # server (docs/guides/torchtpu.md); both runs skip it alike
+    # OMP_NUM_THREADS=1: inductor's CPU kernels for an embedding's backward add into the gradient with
+    # atomic adds from several threads, so two runs of the same script without xlabridge can differ in
+    # the last bits of a gradient; on one thread each run is reproducible, and the comparison bitwise
     return dict(os.environ, PYTHONPATH=str(ROOT), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor-cache"),
-                TPU_SKIP_MDS_QUERY="1")
+                TPU_SKIP_MDS_QUERY="1", OMP_NUM_THREADS="1")
 
 
 def _report(tmp_path: Path, script: str, *args: str, tpu: str = "v6e:2x2") -> tuple[dict, Path, str]:
