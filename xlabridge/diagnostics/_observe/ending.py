@@ -193,6 +193,24 @@ def exit_exception() -> tuple[str, list[ev.Frame]]:
     return text[:500], frames
 
 
+def keep_interrupted_exit() -> None:
+    """Keep the death by SIGINT (130 in a shell) of a program that ended in an uncaught
+    KeyboardInterrupt, after this process's exit work.
+
+    CPython notes the uncaught KeyboardInterrupt in a flag it checks after the interpreter's
+    finalization; on CPython 3.8 to 3.13 every ``exec`` of source text clears it (``run_eval_code_obj``;
+    python/cpython#128130, fixed in 3.14), and exit work that defines a dataclass (an import) execs
+    its methods. An ``exec`` that itself ends in KeyboardInterrupt sets the flag again. Called last in
+    the exit handler, only when the program's exception is a KeyboardInterrupt."""
+    error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if not isinstance(error, KeyboardInterrupt):
+        return
+    try:
+        exec("raise KeyboardInterrupt")  # noqa: S102 - sets CPython's flag again, see above
+    except KeyboardInterrupt:
+        pass
+
+
 def _forget_in_child() -> None:
     """A child made by ``fork`` (a DataLoader's worker) is not the observed process: its signals go
     back to what it had, and it must not write into the wakeup pipe it shares with its parent (the

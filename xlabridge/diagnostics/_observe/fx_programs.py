@@ -61,7 +61,8 @@ def write(recorder: _recorder.Recorder, kept: Sequence[Kept]) -> None:
                                       role="", error=message, frames=graph.frames))
         return
     for number, graph in enumerate(todo):
-        recorder.events.extend(_programs(recorder, number, graph))
+        for event in _programs(recorder, number, graph):
+            recorder.add(event)  # into the log too: observation has ended, the log is still open
 
 
 def _programs(recorder: _recorder.Recorder, number: int, graph: Kept) -> list[ev.Event]:

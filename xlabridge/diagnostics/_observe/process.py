@@ -98,6 +98,7 @@ def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool =
         _recorder.safely("diagnostics", "closing the event log", recorder.close)
         _recorder.safely("diagnostics", "writing xlabridge's rows into torch's trace", _write_trace_rows, recorder,
                          writers)
+        _recorder.safely("signals", "keeping the exit status of an interrupted program", _ending.keep_interrupted_exit)
 
     _recorder.safely("signals", "listening for SIGTERM and SIGINT", _ending.install, die)
     # kept to the end: a launcher waits for its ranks in its own exit handlers, which run before this one's
