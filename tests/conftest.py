@@ -1,8 +1,16 @@
 """Shared fixtures: the XLA device (skipped where torch_xla is absent) and a clean Dynamo state."""
 
 import os
+import signal
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    # A suite started in the background by a non-interactive shell (``nohup make test &``) inherits
+    # SIGINT ignored, and so would every program a test starts: Python then installs no
+    # KeyboardInterrupt handler. The tests of how a program ends on SIGINT need it as an interactive
+    # shell starts programs; a Python handler is reset to the default at exec, which Python then replaces.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest
 import torch
