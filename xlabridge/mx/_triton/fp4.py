@@ -23,6 +23,7 @@ import functools
 import torch
 
 from xlabridge import _optional
+from xlabridge.mx._triton.rows import _rows
 
 _FEATURE = "xlabridge.mx MXFP4 CUDA kernels"
 
@@ -59,16 +60,6 @@ def device_guard(t: torch.Tensor):
     """``torch.cuda.device`` of a CUDA tensor; nothing for the CPU tensors that Triton's
     interpreter (``TRITON_INTERPRET=1``) runs the kernels on in the CPU tests."""
     return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
-
-
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    """``x`` as a 2-D ``[rows, K]`` view with unit inner stride, copying only if no view exists."""
-    if x.stride(-1) == 1:
-        try:
-            return x.view(-1, x.shape[-1])
-        except RuntimeError:
-            pass
-    return x.contiguous().view(-1, x.shape[-1])
 
 
 def _words(rows: torch.Tensor) -> torch.Tensor | None:
