@@ -8,7 +8,8 @@ chosen from; the benchmarks then measure the chosen ones.
 
 Cast: bytes against the NumPy spec model (seeded inputs with 40% special blocks, both roundings),
 then GPU time over 256 MB and over four 64 MB inputs, beside a device copy of the same inputs.
-Linear: each config's result within bfloat16 rounding of the float64 product of the dequantized
+Linear: ``WIDE`` (tiles, stages, programs per SM and how many steps ahead the scale bytes are
+prefetched: 0 is not at all) at 1, 16 and 64 tokens, each config's result within bfloat16 rounding of the float64 product of the dequantized
 weight (``mx4_linear.py``'s check), then ``gpu_time`` over rotated weight copies, beside
 ``torch.nn.functional.linear`` (``torch.bmm`` for the experts) of the bfloat16 weight. Kernels are
 compiled first by worker processes (``--workers``), which fill Triton's cache for the timing
@@ -35,12 +36,21 @@ from xlabridge import mx  # noqa: E402
 from xlabridge.mx._triton import fp4, fp4_matmul  # noqa: E402
 
 MB = 1 << 20
-TILES = ((64, 256, 4), (128, 256, 8), (128, 128, 4), (256, 128, 8), (64, 128, 4))
-STAGES = (2, 3, 4)
-PER_SM = (1, 2, 4)
-WIDE = tuple(fp4_matmul.Config("asm", bn, bk, warps, stages, per_sm)
-             for (bn, bk, warps), stages, per_sm in itertools.product(TILES, STAGES, PER_SM))
-TOKENS = (1, 16, 32, 64)
+SMALL_TILES = ((64, 256, 4), (64, 128, 4), (128, 128, 4))
+LARGE_TILES = ((64, 128, 4), (128, 128, 8), (256, 128, 8))
+STAGES = (3, 4)
+PER_SM = (1, 2, 4, 8)
+AHEAD = (0, 1, 2)
+
+
+def _wide(tiles):
+    return tuple(fp4_matmul.Config("asm", bn, bk, warps, stages, per_sm, ahead)
+                 for (bn, bk, warps), stages, per_sm, ahead in itertools.product(tiles, STAGES, PER_SM, AHEAD))
+
+
+WIDE = {16: _wide(SMALL_TILES), 64: _wide(LARGE_TILES)}
+"""Per row tile (``fp4_matmul.row_tile``): what the sweep times at up to 16 tokens and at 64."""
+TOKENS = (1, 16, 64)
 
 
 def _shapes():
@@ -70,14 +80,14 @@ def _operands(n, k, experts, tokens, dev, copies=1, seed=0):
 
 
 def _compile_worker(configs):
-    """Run each config once on every shape and row tile (filling Triton's cache)."""
+    """Run each config once on every shape and row tile it is for (filling Triton's cache)."""
     dev = torch.device("cuda")
     for name, n, k, experts in _shapes():
         for tokens in TOKENS:
             weights, x, ids = _operands(n, k, experts, tokens, dev)
             data, scale = weights[0]
             y = torch.empty(x.shape[0], x.shape[1], n, dtype=torch.bfloat16, device=dev)
-            for config in configs:
+            for config in _for_rows(configs, x.shape[1]):
                 try:
                     fp4_matmul._launch(config, x, data, scale, ids, None, y)
                 except Exception:  # noqa: BLE001 - the timing process records why
@@ -86,12 +96,16 @@ def _compile_worker(configs):
     return len(configs)
 
 
+def _for_rows(configs, rows):
+    return [c for c in configs if c in WIDE[16 if rows <= 16 else 64]]
+
+
 def precompile(configs, workers):
     """Compile ``configs`` in ``workers`` processes, each kernel (configs that differ only in
-    ``per_sm`` share one, but for ``SPLIT_K == 1``) in one of them."""
+    ``per_sm`` share one) in one of them."""
     kernels = {}
     for c in configs:
-        kernels.setdefault((c.mode, c.bn, c.bk, c.warps, c.stages), []).append(c)
+        kernels.setdefault((c.mode, c.bn, c.bk, c.warps, c.stages, c.ahead), []).append(c)
     groups = list(kernels.values())
     chunks = [[c for group in groups[i::workers] for c in group] for i in range(workers)]
     ctx = multiprocessing.get_context("spawn")
@@ -134,8 +148,9 @@ def linear_sweep(dev, configs, save=lambda rows: None) -> list[dict]:
             torch.cuda.empty_cache()
             y = torch.empty(x.shape[0], x.shape[1], n, dtype=torch.bfloat16, device=dev)
             row = {"shape": name, "n": n, "k": k, "tokens": tokens, "bf16_ms": bf16_ms, "configs": []}
-            for config in configs:
-                entry = {"config": [config.mode, config.bn, config.bk, config.warps, config.stages, config.per_sm]}
+            for config in _for_rows(configs, x.shape[1]):
+                entry = {"config": [config.mode, config.bn, config.bk, config.warps, config.stages, config.per_sm,
+                                    config.ahead]}
                 try:
                     d0, s0, i0 = calls[0]
                     y.fill_(float("nan"))
@@ -220,15 +235,16 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump(results, f)
 
+    wide = tuple(dict.fromkeys(WIDE[16] + WIDE[64]))
     if not args.skip_linear:
-        precompile(WIDE, args.workers)
+        precompile(wide, args.workers)
         results["compile_seconds"] = time.time() - started
         print(f"compiled in {results['compile_seconds']:.0f} s", flush=True)
     if not args.skip_cast:
         results["cast"] = cast_sweep(dev)
         save()
     if not args.skip_linear:
-        linear_sweep(dev, WIDE, save)
+        linear_sweep(dev, wide, save)
     save()
     print(f"wrote {args.out} after {results['seconds']:.0f} s")
 

@@ -1,14 +1,16 @@
 """The MXFP4 matmul on CUDA tensors: one launch of ``fp4_matmul_kernel`` per call, the weight
-read as MXFP4 bytes and dequantized tile by tile inside the kernel.
+read as MXFP4 bytes and dequantized tile by tile inside the kernel, or, where that is faster for a
+shape, the weight dequantized to ``x``'s dtype and multiplied by PyTorch (``mode="dequantize"``).
 
-Which dequantization (``MODE``) and tile a shape gets is measured, not guessed: the first call for
-a key (``x``'s row tile, ``N``, ``K``, the number of weight groups, bias, expert ids, dtype)
-times every candidate of ``CONFIGS`` that compiles and agrees with the exact ``"triton"`` mode on
-that call's own tensors (``triton.testing.do_bench``, which empties the L2 cache between runs, so
-each is timed reading its weight from HBM, as decode does), and keeps the fastest; ``TUNING``
-records every candidate's time or error (``tools/bench/mx4_linear.py`` writes it out). A call
-while a CUDA graph is being captured cannot time anything: it takes the key's choice if there is
-one, else ``DEFAULT``. Under Triton's CPU interpreter the kernel runs ``INTERPRET``.
+Which path, dequantization (``MODE``) and tile a shape gets is measured, not guessed: the first
+call for a key (``x``'s row tile, ``N``, ``K``, the number of weight groups, bias, expert ids,
+dtype) times every candidate of ``CONFIGS`` for that row tile that compiles and agrees with the
+exact ``"triton"`` mode on that call's own tensors (``triton.testing.do_bench``, which empties the
+L2 cache between runs, so each is timed reading its weight from HBM, as decode does), and keeps the
+fastest; ``TUNING`` records every candidate's time or error (``tools/bench/mx4_linear.py`` writes
+it out). A call while a CUDA graph is being captured cannot time anything: it takes the key's
+choice if there is one, else ``DEFAULT``. Under Triton's CPU interpreter the kernel runs
+``INTERPRET``.
 
 ``SPLIT_K`` is chosen per shape (``split_k``): enough programs for ``per_sm`` of them per SM (a
 field of the config, so the tuning picks it too), each still covering at least one ``BK`` step of
@@ -33,29 +35,38 @@ _FEATURE = "xlabridge.mx MXFP4 matmul on CUDA"
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One candidate: dequantization mode, weight rows (``bn``) and elements of ``K`` (``bk``, a
-    multiple of 128) per step, warps, pipeline stages, and the programs per SM that split-K aims at."""
+    """One candidate: dequantization mode (or ``"dequantize"``: dequantize, then PyTorch's matmul),
+    weight rows (``bn``) and elements of ``K`` (``bk``, a multiple of 128) per step, warps,
+    pipeline stages, the programs per SM that split-K aims at, and how many steps ahead the scale
+    bytes are prefetched (0 on Triton's interpreter, which runs no PTX)."""
 
     mode: str
-    bn: int
-    bk: int
-    warps: int
-    stages: int
+    bn: int = 64
+    bk: int = 128
+    warps: int = 4
+    stages: int = 3
     per_sm: int = 2
+    ahead: int = 1
 
 
-CONFIGS = (
-    Config("asm", 64, 128, 4, 3, 2),
-    Config("asm", 64, 256, 4, 3, 1),
-    Config("asm", 128, 128, 4, 3, 1),
-    Config("asm", 128, 128, 4, 2, 1),
-    Config("triton", 64, 128, 4, 3, 2),
-)
-"""What the first call of a key times: the ``asm`` configs for bfloat16 inputs, the ``triton`` one
-for float16 (four ``asm`` configs came within 0.5% of the best of the 45 that
-``tools/bench/mx4_sweep.py`` times, on every shape it times)."""
+def _grid(mode, tiles, warps, stages, per_sms, ahead=1):
+    return tuple(Config(mode, bn, bk, warps, stages, per_sm, ahead) for bn, bk in tiles for per_sm in per_sms)
+
+
+DEQUANTIZE = Config("dequantize")
+CONFIGS: dict[int, tuple[Config, ...]] = {
+    16: (_grid("asm", ((64, 256), (64, 128), (128, 128)), 4, 3, (1, 2, 4, 8))
+         + _grid("asm", ((64, 256),), 4, 4, (1, 2, 4)) + _grid("triton", ((64, 128),), 4, 3, (2, 4)) + (DEQUANTIZE,)),
+    32: (_grid("asm", ((64, 128), (64, 256)), 4, 3, (1, 2, 4)) + _grid("asm", ((128, 128),), 8, 3, (1, 2, 4))
+         + _grid("triton", ((64, 128),), 4, 3, (2,)) + (DEQUANTIZE,)),
+    64: (_grid("asm", ((64, 128),), 4, 3, (1, 2, 4)) + _grid("asm", ((128, 128), (256, 128)), 8, 3, (1, 2, 4))
+         + _grid("triton", ((64, 128),), 4, 3, (2,)) + (DEQUANTIZE,)),
+}
+"""What the first call of a key times, per row tile (``row_tile``): the ``asm`` configs for
+bfloat16 inputs, the ``triton`` ones for float16, the dequantizing path for both. Configs that
+differ only in ``per_sm`` share one compiled kernel."""
 DEFAULT = Config("triton", 64, 256, 4, 2, 2)
-INTERPRET = Config("triton", 16, 128, 4, 1, 1)
+INTERPRET = Config("triton", 16, 128, 4, 1, 1, 0)
 PERMUTE = True
 """Whether the kernel presents ``K`` to the MMA in its permuted order (``fp4_matmul_kernel``'s
 docstring); False only to test the permutation against memory order."""
@@ -105,7 +116,25 @@ def _locks(device: torch.device, count: int) -> torch.Tensor:
     return locks
 
 
+def _dequantized(config: Config, x, data, scale, ids, bias, y):
+    """``mode="dequantize"``: the weights that ``ids`` names (all where None) dequantized to ``x``'s
+    dtype, then one batched matmul (PyTorch's), written into ``y``."""
+    from xlabridge.mx._triton.fp4 import from_mxfp4
+
+    if ids is not None:
+        data, scale = data[ids.long()], scale[ids.long()]
+    w = from_mxfp4(data, scale, 32, x.dtype)  # [A or E, N, K]
+    out = torch.nn.functional.linear(x[0], w[0])[None] if w.shape[0] == 1 else torch.bmm(x, w.transpose(1, 2))
+    if bias is None:
+        y.copy_(out)
+    else:  # added in float32, as the kernel adds it, then rounded
+        y.copy_(out.float() + (bias if ids is None else bias[ids.long()]).float()[:, None, :])
+    return y
+
+
 def _launch(config: Config, x, data, scale, ids, bias, y):
+    if config.mode == "dequantize":
+        return _dequantized(config, x, data, scale, ids, bias, y)
     A, M, K = x.shape
     N = data.shape[-2]
     words = data.view(torch.int16)  # the kernel reads the weight as 16-bit words of four elements
@@ -124,14 +153,15 @@ def _launch(config: Config, x, data, scale, ids, bias, y):
             x.stride(0), x.stride(1), words.stride(0), words.stride(1), scale.stride(0), scale.stride(1),
             y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0),
             HAS_BIAS=bias is not None, HAS_IDS=ids is not None, MODE=config.mode, PERMUTE=PERMUTE,
-            BM=bm, BN=config.bn, BK=config.bk, EVEN=N % config.bn == 0 and K % k_per_split == 0,
+            BM=bm, BN=config.bn, BK=config.bk, EVEN_N=N % config.bn == 0, AHEAD=config.ahead,
             num_warps=config.warps, num_stages=config.stages,
         )
     return y
 
 
 def _candidates(x: torch.Tensor) -> list[Config]:
-    return [c for c in CONFIGS if (c.mode == "asm") == (x.dtype == torch.bfloat16)]
+    kernel_mode = "asm" if x.dtype == torch.bfloat16 else "triton"
+    return [c for c in CONFIGS[row_tile(x.shape[1])] if c.mode in (kernel_mode, "dequantize")]
 
 
 def _tune(key, x, data, scale, ids, bias, y) -> Config:

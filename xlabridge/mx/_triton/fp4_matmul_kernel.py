@@ -18,8 +18,15 @@ words (four elements each, ``4i .. 4i + 3`` in word ``i``); within a span of 128
 word ``2 m + j`` of block ``t`` (element ``32 t + 8 m + 4 j + k``) is MMA position
 ``16 (2 m + k // 2) + 8 (k % 2) + 2 t + j``, so each register pair the MMA takes (``j = 0, 1``)
 is one element of each of two neighbouring words, as the decoder writes them. Triton carries the
-operand layout back through the reshapes and permutes to the loads, so none of this moves data at
-run time; ``x`` (a small tile) is permuted as it is staged for the MMA.
+operand layout back through the reshapes and permutes to where the words are read, so none of this
+moves data at run time; ``x`` (a small tile) is permuted as it is staged for the MMA.
+
+**Memory.** The weight's words and ``x`` reach shared memory through the software pipeline's
+asynchronous copies (``num_stages``: that many steps in flight; 16 bytes a copy, which needs the
+step's first word offset known to be a multiple of ``BK / 4``: ``tl.multiple_of``), and go from
+there straight to registers in the operand layout. The scale bytes are prefetched into L1
+``AHEAD`` steps early (the kernel's docstring says why). Only the last step of a split that
+reaches past ``K`` is masked along ``K``.
 
 How a tile is dequantized (``MODE``):
 
@@ -41,8 +48,9 @@ against).
 ``SPLIT_K > 1`` (a runtime argument: no recompilation per shape) splits ``K`` over that many
 programs per tile, ``K_PER_SPLIT`` (a multiple of ``BK``) each (more programs where ``N`` is small):
 each writes its float32 partial tile to ``workspace`` and counts itself in the tile's ``locks``
-entry; the last to arrive adds the partials, writes ``y`` and resets the entry to zero for the next
-launch. One launch either way.
+entry; the last to arrive adds the partials in split order (so the result does not depend on which
+program finished last), writes ``y`` and resets the entry to zero for the next launch. One launch
+either way.
 """
 
 from __future__ import annotations
@@ -141,17 +149,59 @@ def _logical_x(x, PERMUTE: tl.constexpr):
 
 
 @triton.jit
+def _scales(s_base, k0, n_ok, K, BK: tl.constexpr):
+    """The scale bytes (``[BN, BK/32]`` int32) of the step at ``k0``."""
+    block = k0 // 32 + tl.arange(0, BK // 32)
+    return tl.load(s_base + block[None, :], mask=n_ok[:, None] & (block < K // 32)[None, :], other=127).to(tl.int32)
+
+
+@triton.jit
+def _prefetch_scales(s_rows, k0, K, BK: tl.constexpr):
+    """Ask for the scale bytes of the step at ``k0`` (each row's first and last) to be brought into
+    L1, without waiting for them (``prefetch`` has no result; the output is a dummy, and the asm
+    is not pure, so it stays)."""
+    first = tl.minimum(k0 // 32, K // 32 - 1)
+    last = tl.minimum(k0 // 32 + BK // 32 - 1, K // 32 - 1)
+    ends = tl.where(tl.arange(0, 2) == 0, first, last)
+    tl.inline_asm_elementwise("prefetch.global.L1 [$1];\nmov.u32 $0, 0;", "=r,l", [s_rows + ends[None, :]],
+                              dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _step(acc, w_base, x_base, code, k0, n_ok, m_ok, K, MODE: tl.constexpr, PERMUTE: tl.constexpr,
+          BK: tl.constexpr, EVEN_N: tl.constexpr, TAIL: tl.constexpr):
+    """``acc`` plus one ``BK`` step at ``k0`` (a multiple of ``BK``): the weight words loaded,
+    decoded under ``code`` and multiplied with ``x``'s tile. ``TAIL``: the step reaches past ``K``
+    (masked); otherwise the weight's load has no mask along ``K`` (its arithmetic is a noticeable
+    part of a step), nor along ``N`` where ``EVEN_N``."""
+    WORDS: tl.constexpr = BK // 4
+    kw = tl.multiple_of(k0 // 4, WORDS) + tl.arange(0, WORDS)
+    if TAIL:
+        packed = tl.load(w_base + kw[None, :], mask=n_ok[:, None] & (kw < K // 4)[None, :], other=0)
+    elif EVEN_N:
+        packed = tl.load(w_base + kw[None, :])  # [BN, BK/4]
+    else:
+        packed = tl.load(w_base + kw[None, :], mask=n_ok[:, None], other=0)
+    v0, v1, v2, v3 = _decode(packed, code, MODE, x_base.dtype.element_ty)
+    kk = k0 + tl.arange(0, BK)
+    x = tl.load(x_base + kk[None, :], mask=m_ok[:, None] & (kk < K)[None, :], other=0.0)  # [BM, BK]
+    return tl.dot(_logical(v0, v1, v2, v3, PERMUTE), tl.trans(_logical_x(x, PERMUTE)), acc)
+
+
+@triton.jit
 def mxfp4_matmul_kernel(
     x_ptr, w_ptr, s_ptr, bias_ptr, ids_ptr, y_ptr, workspace_ptr, locks_ptr,
     M, N, K, SPLIT_K, K_PER_SPLIT,
     stride_xa, stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_ya, stride_ym, stride_be,
     HAS_BIAS: tl.constexpr, HAS_IDS: tl.constexpr, MODE: tl.constexpr, PERMUTE: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN_N: tl.constexpr, AHEAD: tl.constexpr,
 ):
-    """``EVEN``: ``N`` is a multiple of ``BN`` and every split's steps lie inside ``K``, so the
-    weight's loads need no mask (their mask arithmetic is a noticeable part of a step)."""
-    S: tl.constexpr = BK // 32
-    WORDS: tl.constexpr = BK // 4
+    """``EVEN_N``: ``N`` is a multiple of ``BN``. ``AHEAD`` (0, 1 or 2): how many steps ahead the
+    scale bytes are prefetched into L1. They are single bytes, which the software pipeline's
+    asynchronous copies (4 bytes or more) do not take, so each step would wait a full memory
+    latency for its own; prefetched, they are in L1 when the step loads them. (Carrying them in
+    registers from an earlier step instead makes the decoded tile a loop-carried value's
+    descendant, which Triton then passes to the MMA through shared memory.)"""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     a = tl.program_id(2)
@@ -166,23 +216,21 @@ def mxfp4_matmul_kernel(
     x_base = x_ptr + a.to(tl.int64) * stride_xa + m[:, None].to(tl.int64) * stride_xm
     w_base = w_ptr + e * stride_we + n[:, None].to(tl.int64) * stride_wn  # int16 words
     s_base = s_ptr + e * stride_se + n[:, None].to(tl.int64) * stride_sn
+    s_rows = s_ptr + e * stride_se + tl.minimum(n, N - 1)[:, None].to(tl.int64) * stride_sn  # rows inside N, to prefetch
     k_first = pid_k * K_PER_SPLIT
+    k_stop = tl.minimum(k_first + K_PER_SPLIT, K)
+    full = tl.maximum(k_stop - k_first, 0) // BK * BK  # this split's steps that lie inside K
     acc = tl.zeros((BN, BM), dtype=tl.float32)
-    # the last split's steps past K load nothing (masked) and add zeros
-    for step in range(0, K_PER_SPLIT, BK):
+    for step in range(0, full, BK):
         k0 = k_first + step
-        kw = k0 // 4 + tl.arange(0, WORDS)
-        block = k0 // 32 + tl.arange(0, S)
-        if EVEN:
-            packed = tl.load(w_base + kw[None, :])  # [BN, BK/4]
-            code = tl.load(s_base + block[None, :])  # [BN, S]
-        else:
-            packed = tl.load(w_base + kw[None, :], mask=n_ok[:, None] & (kw < K // 4)[None, :], other=0)
-            code = tl.load(s_base + block[None, :], mask=n_ok[:, None] & (block < K // 32)[None, :], other=127)
-        v0, v1, v2, v3 = _decode(packed, code.to(tl.int32), MODE, x_ptr.dtype.element_ty)
-        kk = k0 + tl.arange(0, BK)
-        x = tl.load(x_base + kk[None, :], mask=m_ok[:, None] & (kk < K)[None, :], other=0.0)  # [BM, BK]
-        acc = tl.dot(_logical(v0, v1, v2, v3, PERMUTE), tl.trans(_logical_x(x, PERMUTE)), acc)
+        if AHEAD > 0:
+            _prefetch_scales(s_rows, k0 + AHEAD * BK, K, BK)
+        code = _scales(s_base, k0, n_ok, K, BK)
+        acc = _step(acc, w_base, x_base, code, k0, n_ok, m_ok, K, MODE, PERMUTE, BK, EVEN_N, False)
+    if full < k_stop - k_first:  # K's last, partial step
+        k0 = k_first + full
+        acc = _step(acc, w_base, x_base, _scales(s_base, k0, n_ok, K, BK), k0, n_ok, m_ok, K, MODE, PERMUTE, BK,
+                    EVEN_N, True)
     y_ptrs = y_ptr + a.to(tl.int64) * stride_ya + m[None, :].to(tl.int64) * stride_ym + n[:, None]
     y_mask = n_ok[:, None] & m_ok[None, :]
     if SPLIT_K == 1:
