@@ -134,6 +134,32 @@ def test_matmul_kernel_in_the_interpreter(experts, groups, rows, n, k, split, id
     assert bool((off <= 2**-11 * exact.abs() + 2**-14 * exact.abs().max()).all()), off.max()
 
 
+@requires_interpreter
+@pytest.mark.parametrize("split", [1, 2])
+def test_matmul_kernel_with_x_put_in_order_first_in_the_interpreter(split):
+    """``x_in_order``: ``x`` permuted by its own launch (K = 352: two spans of 128 and a partial
+    one, padded with zeros) and read as it is by the matmul: equal to float64
+    dequantize-then-matmul within float16 rounding."""
+    from xlabridge.mx import _eager
+    from xlabridge.mx._triton import fp4_matmul
+
+    g = torch.Generator().manual_seed(303)
+    n, k = 24, 352
+    data = torch.randint(0, 256, (1, n, k // 2), dtype=torch.uint8, generator=g)
+    scale = torch.randint(118, 130, (1, n, k // 32), dtype=torch.uint8, generator=g)
+    x = torch.randn(1, 3, k, generator=g).to(torch.float16)
+    saved = fp4_matmul.split_k
+    fp4_matmul.split_k = lambda programs, k, bk, sms, per_sm: split
+    try:
+        y = fp4_matmul._launch(fp4_matmul.Config("triton", 16, 128, 4, 1, 1, 0, True), x, data, scale, None, None,
+                               torch.empty(1, 3, n, dtype=torch.float16))
+    finally:
+        fp4_matmul.split_k = saved
+    exact = x.double() @ _eager.from_mxfp4(data, scale, 32, torch.float64).transpose(-1, -2)
+    off = (y.double() - exact).abs()
+    assert bool((off <= 2**-11 * exact.abs() + 2**-14 * exact.abs().max()).all()), off.max()
+
+
 # ------------------------------------------------------------------ on the GPU
 
 
@@ -183,7 +209,7 @@ def test_bf16_cast_kernel_at_every_scale():
 def test_matmul_is_one_launch_after_tuning_and_every_mode_is_right():
     """The first call times the candidates (``TUNING``): each left out says why, each timed one agreed
     with the exact mode; afterwards a call is one launch of the kernel (or, where the timing chose
-    it, the dequantization and PyTorch's matmul)."""
+    them, the reordering of ``x`` and the kernel, or the dequantization and PyTorch's matmul)."""
     from xlabridge import mx
     from xlabridge.mx._triton import fp4_matmul
 
@@ -196,8 +222,11 @@ def test_matmul_is_one_launch_after_tuning_and_every_mode_is_right():
     assert len(table) == len(fp4_matmul._candidates(x)) and any("ms" in row for row in table)
     assert all(("ms" in row) != ("left_out" in row) for row in table)
     kernels = _cuda_kernels(lambda: mx.mxfp4_linear(x, weight))
-    if fp4_matmul._CHOSEN[key].mode == "dequantize":  # the timing found dequantize-then-matmul faster here
+    chosen = fp4_matmul._CHOSEN[key]
+    if chosen.mode == "dequantize":  # the timing found dequantize-then-matmul faster here
         assert "mxfp4_dequantize_kernel" in kernels[0] and not any("mxfp4_matmul_kernel" in k for k in kernels), kernels
+    elif chosen.x_in_order:  # x put in the kernel's order by a launch of its own, then the matmul
+        assert len(kernels) == 2 and "x_in_order_kernel" in kernels[0] and "mxfp4_matmul_kernel" in kernels[1], kernels
     else:
         assert len(kernels) == 1 and "mxfp4_matmul_kernel" in kernels[0], kernels
     exact = (x.double() @ weight.dequantize(torch.float32).double().t()).float()
@@ -210,7 +239,8 @@ def test_matmul_is_one_launch_after_tuning_and_every_mode_is_right():
 @pytest.mark.parametrize("rows", [7, 29, 64])
 def test_each_mode_on_extreme_scales(mode, rows):
     """Each dequantization mode (and the dequantize-then-matmul path) against float64 at each row
-    tile (16, 32, 64, with the scale bytes prefetched 0, 1 and 2 steps ahead), with a split K that
+    tile (16, 32, 64, with the scale bytes prefetched 0, 1 and 2 steps ahead, ``x`` put in the
+    kernel's order first at 7 and 64 rows), with a split K that
     ends in a partial step, expert ids and bias, and among ordinary scales the extreme ones: bytes
     0 (2**-127) and 1, 253 and 254 (over nibbles up to 1.5: finite in bfloat16), and 0xFF (NaN
     rows): within bfloat16 rounding of each output row's scale, NaN where the definition has NaN."""
@@ -230,7 +260,7 @@ def test_each_mode_on_extreme_scales(mode, rows):
     ids = torch.tensor([1, 0], dtype=torch.int32)
     bias = torch.randn(3, 256, generator=g)
     y = torch.empty(2, rows, 256, dtype=torch.bfloat16, device="cuda")
-    config = fp4_matmul.Config(mode, 64, 256, 4, 2, 4, ahead={7: 0, 29: 1, 64: 2}[rows])
+    config = fp4_matmul.Config(mode, 64, 256, 4, 2, 4, ahead={7: 0, 29: 1, 64: 2}[rows], x_in_order=rows != 29)
     fp4_matmul._launch(config, x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), bias.cuda(), y)
     w = _eager.from_mxfp4(data, scale, 32, torch.float64)[ids.long()]
     exact = (x.double() @ w.transpose(-1, -2) + bias.double()[ids.long()][:, None, :]).float()

@@ -37,8 +37,10 @@ _FEATURE = "xlabridge.mx MXFP4 matmul on CUDA"
 class Config:
     """One candidate: dequantization mode (or ``"dequantize"``: dequantize, then PyTorch's matmul),
     weight rows (``bn``) and elements of ``K`` (``bk``, a multiple of 128) per step, warps,
-    pipeline stages, the programs per SM that split-K aims at, and how many steps ahead the scale
-    bytes are prefetched (0 on Triton's interpreter, which runs no PTX)."""
+    pipeline stages, the programs per SM that split-K aims at, how many steps ahead the scale
+    bytes are prefetched (0 on Triton's interpreter, which runs no PTX), and whether ``x`` is put
+    in the kernel's ``K`` order first, by a launch of its own (``x_in_order``: then every program's
+    every step copies it to the MMA as it is, instead of permuting it through registers)."""
 
     mode: str
     bn: int = 64
@@ -47,26 +49,33 @@ class Config:
     stages: int = 3
     per_sm: int = 2
     ahead: int = 1
+    x_in_order: bool = False
 
 
-def _grid(mode, tiles, warps, stages, per_sms, ahead=1):
-    return tuple(Config(mode, bn, bk, warps, stages, per_sm, ahead) for bn, bk in tiles for per_sm in per_sms)
+def _grid(mode, tiles, warps, stages, per_sms, orders=(False,)):
+    return tuple(Config(mode, bn, bk, warps, stages, per_sm, 1, order)
+                 for bn, bk in tiles for per_sm in per_sms for order in orders)
+
+
+_BOTH = (False, True)
 
 
 DEQUANTIZE = Config("dequantize")
 CONFIGS: dict[int, tuple[Config, ...]] = {
-    16: (_grid("asm", ((64, 256), (64, 128), (128, 128)), 4, 3, (1, 2, 4, 8))
-         + _grid("asm", ((64, 256),), 4, 4, (1, 2, 4)) + _grid("triton", ((64, 128),), 4, 3, (2, 4)) + (DEQUANTIZE,)),
-    32: (_grid("asm", ((64, 128), (64, 256)), 4, 3, (1, 2, 4)) + _grid("asm", ((128, 128),), 8, 3, (1, 2, 4))
-         + _grid("triton", ((64, 128),), 4, 3, (2,)) + (DEQUANTIZE,)),
-    64: (_grid("asm", ((64, 128),), 4, 3, (1, 2, 4)) + _grid("asm", ((128, 128), (256, 128)), 8, 3, (1, 2, 4))
-         + _grid("triton", ((64, 128),), 4, 3, (2,)) + (DEQUANTIZE,)),
+    16: (_grid("asm", ((64, 256), (64, 128), (128, 128)), 4, 3, (1, 2, 4, 8), _BOTH)
+         + _grid("asm", ((64, 256),), 4, 4, (1, 2, 4)) + _grid("triton", ((64, 128),), 4, 3, (2, 4), _BOTH)
+         + (DEQUANTIZE,)),
+    32: (_grid("asm", ((64, 128), (64, 256)), 4, 3, (1, 2, 4), _BOTH) + _grid("asm", ((128, 128),), 8, 3, (1, 2, 4), _BOTH)
+         + _grid("triton", ((64, 128),), 4, 3, (2,), _BOTH) + (DEQUANTIZE,)),
+    64: (_grid("asm", ((64, 128),), 4, 3, (1, 2, 4), _BOTH) + _grid("asm", ((128, 128), (256, 128)), 8, 3, (1, 2, 4), _BOTH)
+         + _grid("triton", ((64, 128),), 4, 3, (2,), _BOTH) + (DEQUANTIZE,)),
 }
 """What the first call of a key times, per row tile (``row_tile``): the ``asm`` configs for
 bfloat16 inputs, the ``triton`` ones for float16, the dequantizing path for both. Configs that
 differ only in ``per_sm`` share one compiled kernel."""
 DEFAULT = Config("triton", 64, 256, 4, 2, 2)
 INTERPRET = Config("triton", 16, 128, 4, 1, 1, 0)
+X_ORDER_BLOCK = 1024
 PERMUTE = True
 """Whether the kernel presents ``K`` to the MMA in its permuted order (``fp4_matmul_kernel``'s
 docstring); False only to test the permutation against memory order."""
@@ -132,12 +141,31 @@ def _dequantized(config: Config, x, data, scale, ids, bias, y):
     return y
 
 
+def _x_in_order(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (``[A, M, K]``) in the kernel's ``K`` order, ``K`` padded with zeros to a multiple of 128:
+    one launch of ``x_in_order_kernel``."""
+    A, M, K = x.shape
+    kx = -(-K // 128) * 128
+    rows = x.reshape(A * M, K)
+    out = torch.empty(A, M, kx, dtype=x.dtype, device=x.device)
+    from xlabridge.mx._triton import fp4_matmul_kernel
+
+    with device_guard(x):
+        fp4_matmul_kernel.x_in_order_kernel[(A * M, -(-kx // X_ORDER_BLOCK))](
+            rows, out, K, kx, rows.stride(0), BLOCK=X_ORDER_BLOCK, num_warps=4)
+    return out
+
+
 def _launch(config: Config, x, data, scale, ids, bias, y):
     if config.mode == "dequantize":
         return _dequantized(config, x, data, scale, ids, bias, y)
     A, M, K = x.shape
     N = data.shape[-2]
     words = data.view(torch.int16)  # the kernel reads the weight as 16-bit words of four elements
+    x_in_order = config.x_in_order and PERMUTE
+    if x_in_order:
+        x = _x_in_order(x)
+    kx = x.shape[-1]
     bm = row_tile(M)
     tiles = -(-M // bm) * -(-N // config.bn)
     split = split_k(tiles * A, K, config.bk, _sms(x.device), config.per_sm)
@@ -149,11 +177,11 @@ def _launch(config: Config, x, data, scale, ids, bias, y):
     with device_guard(x):
         _kernel()[(tiles, split, A)](
             x, words, scale, dummy if bias is None else bias, dummy if ids is None else ids, y, workspace, locks,
-            M, N, K, split, k_per_split,
+            M, N, K, kx, split, k_per_split,
             x.stride(0), x.stride(1), words.stride(0), words.stride(1), scale.stride(0), scale.stride(1),
             y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0),
             HAS_BIAS=bias is not None, HAS_IDS=ids is not None, MODE=config.mode, PERMUTE=PERMUTE,
-            BM=bm, BN=config.bn, BK=config.bk, EVEN_N=N % config.bn == 0, AHEAD=config.ahead,
+            X_IN_ORDER=x_in_order, BM=bm, BN=config.bn, BK=config.bk, EVEN_N=N % config.bn == 0, AHEAD=config.ahead,
             num_warps=config.warps, num_stages=config.stages,
         )
     return y

@@ -168,12 +168,12 @@ def _prefetch_scales(s_rows, k0, K, BK: tl.constexpr):
 
 
 @triton.jit
-def _step(acc, w_base, x_base, code, k0, n_ok, m_ok, K, MODE: tl.constexpr, PERMUTE: tl.constexpr,
-          BK: tl.constexpr, EVEN_N: tl.constexpr, TAIL: tl.constexpr):
+def _step(acc, w_base, x_base, code, k0, n_ok, m_ok, K, KX, MODE: tl.constexpr, PERMUTE: tl.constexpr,
+          X_IN_ORDER: tl.constexpr, BK: tl.constexpr, EVEN_N: tl.constexpr, TAIL: tl.constexpr):
     """``acc`` plus one ``BK`` step at ``k0`` (a multiple of ``BK``): the weight words loaded,
-    decoded under ``code`` and multiplied with ``x``'s tile. ``TAIL``: the step reaches past ``K``
-    (masked); otherwise the weight's load has no mask along ``K`` (its arithmetic is a noticeable
-    part of a step), nor along ``N`` where ``EVEN_N``."""
+    decoded under ``code`` and multiplied with ``x``'s tile (``KX`` elements a row). ``TAIL``: the
+    step reaches past ``K`` (masked); otherwise the weight's load has no mask along ``K`` (its
+    arithmetic is a noticeable part of a step), nor along ``N`` where ``EVEN_N``."""
     WORDS: tl.constexpr = BK // 4
     kw = tl.multiple_of(k0 // 4, WORDS) + tl.arange(0, WORDS)
     if TAIL:
@@ -184,19 +184,25 @@ def _step(acc, w_base, x_base, code, k0, n_ok, m_ok, K, MODE: tl.constexpr, PERM
         packed = tl.load(w_base + kw[None, :], mask=n_ok[:, None], other=0)
     v0, v1, v2, v3 = _decode(packed, code, MODE, x_base.dtype.element_ty)
     kk = k0 + tl.arange(0, BK)
-    x = tl.load(x_base + kk[None, :], mask=m_ok[:, None] & (kk < K)[None, :], other=0.0)  # [BM, BK]
-    return tl.dot(_logical(v0, v1, v2, v3, PERMUTE), tl.trans(_logical_x(x, PERMUTE)), acc)
+    x = tl.load(x_base + kk[None, :], mask=m_ok[:, None] & (kk < KX)[None, :], other=0.0)  # [BM, BK]
+    if not X_IN_ORDER:
+        x = _logical_x(x, PERMUTE)
+    return tl.dot(_logical(v0, v1, v2, v3, PERMUTE), tl.trans(x), acc)
 
 
 @triton.jit
 def mxfp4_matmul_kernel(
     x_ptr, w_ptr, s_ptr, bias_ptr, ids_ptr, y_ptr, workspace_ptr, locks_ptr,
-    M, N, K, SPLIT_K, K_PER_SPLIT,
+    M, N, K, KX, SPLIT_K, K_PER_SPLIT,
     stride_xa, stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_ya, stride_ym, stride_be,
     HAS_BIAS: tl.constexpr, HAS_IDS: tl.constexpr, MODE: tl.constexpr, PERMUTE: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN_N: tl.constexpr, AHEAD: tl.constexpr,
+    X_IN_ORDER: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN_N: tl.constexpr,
+    AHEAD: tl.constexpr,
 ):
-    """``EVEN_N``: ``N`` is a multiple of ``BN``. ``AHEAD`` (0, 1 or 2): how many steps ahead the
+    """``X_IN_ORDER``: ``x`` (``KX`` elements a row) comes in the kernel's ``K`` order already (the
+    caller permuted it once, ``K`` padded to whole spans of 128), so it goes from the asynchronous
+    copy to the MMA as it is, rather than through registers and shared memory again at every step
+    of every program. ``EVEN_N``: ``N`` is a multiple of ``BN``. ``AHEAD`` (0, 1 or 2): how many steps ahead the
     scale bytes are prefetched into L1. They are single bytes, which the software pipeline's
     asynchronous copies (4 bytes or more) do not take, so each step would wait a full memory
     latency for its own; prefetched, they are in L1 when the step loads them. (Carrying them in
@@ -226,11 +232,11 @@ def mxfp4_matmul_kernel(
         if AHEAD > 0:
             _prefetch_scales(s_rows, k0 + AHEAD * BK, K, BK)
         code = _scales(s_base, k0, n_ok, K, BK)
-        acc = _step(acc, w_base, x_base, code, k0, n_ok, m_ok, K, MODE, PERMUTE, BK, EVEN_N, False)
+        acc = _step(acc, w_base, x_base, code, k0, n_ok, m_ok, K, KX, MODE, PERMUTE, X_IN_ORDER, BK, EVEN_N, False)
     if full < k_stop - k_first:  # K's last, partial step
         k0 = k_first + full
-        acc = _step(acc, w_base, x_base, _scales(s_base, k0, n_ok, K, BK), k0, n_ok, m_ok, K, MODE, PERMUTE, BK,
-                    EVEN_N, True)
+        acc = _step(acc, w_base, x_base, _scales(s_base, k0, n_ok, K, BK), k0, n_ok, m_ok, K, KX, MODE, PERMUTE,
+                    X_IN_ORDER, BK, EVEN_N, True)
     y_ptrs = y_ptr + a.to(tl.int64) * stride_ya + m[None, :].to(tl.int64) * stride_ym + n[:, None]
     y_mask = n_ok[:, None] & m_ok[None, :]
     if SPLIT_K == 1:
@@ -251,3 +257,19 @@ def mxfp4_matmul_kernel(
                 total += tl.load(bias_ptr + e * stride_be + n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
             tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=y_mask)
             tl.atomic_xchg(locks_ptr + tile, 0)
+
+
+@triton.jit
+def x_in_order_kernel(x_ptr, out_ptr, K, KX, stride_x, BLOCK: tl.constexpr):
+    """``out[r, p] = x[r, src(p)]`` for one row ``r`` of ``x`` (``[rows, K]``) and ``BLOCK``
+    positions ``p`` of ``out`` (``[rows, KX]``, ``KX`` = ``K`` rounded up to 128): ``x`` in the
+    order ``_logical_x`` gives it, zeros where ``src(p)`` is past ``K``. Within a span of 128,
+    position ``16 (2 m + k1) + 8 k0 + 2 t + j`` takes element ``32 t + 8 m + 4 j + 2 k1 + k0``."""
+    row = tl.program_id(0).to(tl.int64)
+    p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    r = p % 128
+    j, t, k0, k1, m = r % 2, (r // 2) % 4, (r // 8) % 2, (r // 16) % 2, r // 32
+    src = p - r + 32 * t + 8 * m + 4 * j + 2 * k1 + k0
+    x = tl.load(x_ptr + row * stride_x + src, mask=(src < K) & (p < KX), other=0.0)
+    tl.store(out_ptr + row * KX + p, x, mask=p < KX)
+
