@@ -188,8 +188,9 @@ def _launch(config: Config, x, data, scale, ids, bias, y):
 
 
 def _candidates(x: torch.Tensor) -> list[Config]:
+    """What the tuning times for ``x`` (``[..., M, K]``): its row tile's configs for its dtype."""
     kernel_mode = "asm" if x.dtype == torch.bfloat16 else "triton"
-    return [c for c in CONFIGS[row_tile(x.shape[1])] if c.mode in (kernel_mode, "dequantize")]
+    return [c for c in CONFIGS[row_tile(x.shape[-2])] if c.mode in (kernel_mode, "dequantize")]
 
 
 def _tune(key, x, data, scale, ids, bias, y) -> Config:
