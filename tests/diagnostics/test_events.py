@@ -23,7 +23,8 @@ ONE_OF_EACH: list[ev.Event] = [
                     framework_paths={"torch": ["/site/torch"]}, main_file="/home/u/train.py"),
     ev.ProbeStatus(**STAMP, probe="xla.bridge", state=ev.ProbeState.UNAVAILABLE, reason="gone",
                    surface="dynamo_bridge.extract_internal", patch=True, sees="segments"),
-    ev.DynamoCompile(**STAMP, compile_id="0/1", trigger="dynamo", start=11.0, caller_frames=[FRAME]),
+    ev.DynamoCompile(**STAMP, compile_id="0/1", trigger="dynamo", start=11.0, caller_frames=[FRAME], code=FRAME,
+                     step=3),
     ev.GraphCaptured(**STAMP, compile_id="0/0", backend="openxla", op_count=3, ends_in_break=True, frames=[FRAME]),
     ev.GraphBreak(**STAMP, compile_id="0/0", reason="Failed to trace builtin operator\n  Explanation: ...",
                   frames=[FRAME]),
@@ -79,6 +80,9 @@ ONE_OF_EACH: list[ev.Event] = [
     ev.Stall(**STAMP, since=10.0, after=2.0, threads=[ev.ThreadStack("MainThread", True, (FRAME,))],
              activities=[ev.Activity(ev.ActivityKind.GRAPH_CALL, "call 57", 3, 9.5, "MainThread")]),
     ev.StallEnd(**STAMP, since=10.0),
+    ev.CompileRequest(**STAMP, how="Module.compile", target="Sequential", backend="inductor", code=FRAME,
+                      skipped=[FRAME], frames=[FRAME]),
+    ev.OptimizerSteps(**STAMP, steps=6, last=12.0, spans=[[10.0, 0.5], [10.5, 1.0, 4, 12.0]]),
 ]
 
 

@@ -4,10 +4,13 @@ DDP or FSDP2 (``fully_shard`` per block, then the model), the model compiled who
 (``torch.compile(DDP(model))``) or per block (``block.compile()``, the FSDP2 recipe), gloo on the
 CPU and NCCL on GPUs. ``--uneven-rank R``: from step 3 on, rank R alone takes a branch on a host
 read (``.item()``) inside the compiled forward, so it recompiles and breaks where the others do not.
-``--out PREFIX`` writes each rank's own clock (start, after imports, after the process group, each
+``--die R:S``: rank R kills itself with SIGKILL at step S (torchrun then tears the others down).
+``--slow R:S``: rank R sleeps ``--slow-seconds`` before step S's forward while the others wait for it in
+the step's all-reduce of the loss (``--mean-loss``: every rank all-reduces its loss each step, as a
+training log does). ``--out PREFIX`` writes each rank's own clock (start, after imports, after the process group, each
 step, end), its last loss and a digest of its final parameters to ``PREFIX.rank<R>.json``.
 """
-import argparse, hashlib, json, os, time
+import argparse, hashlib, json, os, signal, time
 t_start = time.time()
 import torch
 import torch.distributed as dist
@@ -41,8 +44,17 @@ p.add_argument("--backend", default="inductor")
 p.add_argument("--compile", choices=["model", "blocks"], default="model")
 p.add_argument("--steps", type=int, default=6)
 p.add_argument("--uneven-rank", type=int, default=None)
+p.add_argument("--die", default=None)
+p.add_argument("--slow", default=None)
+p.add_argument("--slow-seconds", type=float, default=6.0)
+p.add_argument("--mean-loss", action="store_true")
 p.add_argument("--out", default=None)
 a = p.parse_args()
+
+
+def at(spec):
+    """``R:S`` as (rank, step), or (-1, -1)."""
+    return tuple(int(v) for v in spec.split(":")) if spec else (-1, -1)
 t_imported = time.time()
 device = "cuda" if torch.cuda.is_available() else "cpu"
 dist.init_process_group("nccl" if device == "cuda" else "gloo")
@@ -70,12 +82,19 @@ steps = []
 for i in range(a.steps):
     t0 = time.time()
     model.check = a.uneven_rank == rank and i >= 3
+    if at(a.die) == (rank, i):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if at(a.slow) == (rank, i):
+        time.sleep(a.slow_seconds)
     x = torch.randn(16, 64, generator=g).to(device)
     y = torch.randn(16, 8, generator=g).to(device)
     loss = ((step_fn(x) - y) ** 2).mean()
     loss.backward()
     opt.step()
     opt.zero_grad()
+    if a.mean_loss:
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
     lv = loss.item()
     steps.append(time.time() - t0)
 full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu() for k, v in model.state_dict().items() if torch.is_tensor(v)}

@@ -208,6 +208,36 @@ def _() -> None:
     assert upstream_torch.original_backend(backend) is backend
 
 
+@case("torch.dynamo_skips")
+def _() -> None:
+    from torch.nn.modules.module import Module
+
+    def mine(x):
+        return x
+
+    assert upstream_torch.dynamo_skips(Module._call_impl.__code__)
+    assert upstream_torch.dynamo_skips(torch.nn.Sequential.forward.__code__)
+    assert not upstream_torch.dynamo_skips(mine.__code__)
+
+
+@case("torch.context_backend")
+def _() -> None:
+    def backend(gm, example_inputs):
+        return gm
+
+    compiled = torch.compile(lambda x: x + 1, backend=backend)
+    found = upstream_torch.context_backend(torch._dynamo.optimize(backend))
+    assert found is not None and callable(found)
+    assert compiled(torch.ones(1)).item() == 2.0
+    assert upstream_torch.context_backend(torch._dynamo.eval_frame.DisableContext()) is None
+
+
+@case("torch.dynamo_contexts_that_compile_nothing")
+def _() -> None:
+    contexts = upstream_torch.dynamo_contexts_that_compile_nothing()
+    assert all(isinstance(c, type) for c in contexts) and len(contexts) == 2
+
+
 @case("torch.core_decompositions")
 def _() -> None:
     table = upstream_torch.core_decompositions()

@@ -312,6 +312,50 @@ def output_graph() -> type:
     return module.OutputGraph
 
 
+@surface("torch", "torch._dynamo.eval_frame._TorchDynamoContext", checked=CHECKED, uses=("__call__",))
+def dynamo_context() -> type:
+    """The context every way into Dynamo applies to what it compiles: ``torch.compile(fn or module)``,
+    ``nn.Module.compile()`` (``torch.compile(self._call_impl)``), the decorator and
+    ``torch._dynamo.optimize(backend)(fn)`` all end in its ``__call__(fn)``."""
+    from torch._dynamo import eval_frame
+
+    return eval_frame._TorchDynamoContext
+
+
+@surface("torch", "torch._dynamo.eval_frame._TorchDynamoContext", attributes=("callback", "_torchdynamo_orig_backend"),
+         checked=CHECKED)
+def context_backend(context: Any) -> Any:
+    """The backend a Dynamo context compiles with, as the user gave it: its ``callback`` (the frame
+    converter) keeps it through a chain of ``_torchdynamo_orig_backend``; None for a context that
+    compiles nothing (``torch._dynamo.disable``, ``run``)."""
+    found = getattr(context, "callback", None)
+    for _ in range(4):
+        inner = getattr(found, "_torchdynamo_orig_backend", None)
+        if inner is None:
+            break
+        found = inner
+    return None if found is None or isinstance(found, bool) else found
+
+
+@surface("torch", "torch._dynamo.eval_frame.DisableContext", "torch._dynamo.eval_frame.RunOnlyContext",
+         checked=CHECKED)
+def dynamo_contexts_that_compile_nothing() -> tuple[type, ...]:
+    """Dynamo's contexts that keep code out of compilation or only run what was compiled
+    (``torch._dynamo.disable``, ``torch._dynamo.run``): applying them is no request to compile."""
+    from torch._dynamo import eval_frame
+
+    return (eval_frame.DisableContext, eval_frame.RunOnlyContext)
+
+
+@surface("torch", "torch._dynamo.trace_rules.check", checked=CHECKED)
+def dynamo_skips(code: Any) -> bool:
+    """Whether Dynamo skips frames of ``code`` (a code object): the test its frame callback applies
+    to each frame before tracing it, ``trace_rules.check(frame.f_code)`` (torch's own files among them)."""
+    from torch._dynamo import trace_rules
+
+    return bool(trace_rules.check(code))
+
+
 @surface("torch", "torch._dynamo.backends.registry._COMPILER_FNS", checked=CHECKED, uses=("items", "__setitem__"))
 def dynamo_backends() -> dict[str, Callable[..., Any]]:
     """Dynamo's table of registered backends by name (read, and an entry replaced for a while)."""

@@ -20,14 +20,16 @@ _TOP_LEVEL = {
     "probes": ("array of *ProbeReport*", "what each probe could see"),
     "time": ("array of *TimeSplit*", "per process, its wall time split into exclusive shares"),
     "dynamo": ("object", "what Dynamo captured: ``graph_count``, ``break_count``, ``graphs`` (*DynamoGraph*), "
-               "``breaks`` (*DynamoBreak*), ``recompiles`` (*Recompile*), ``recompile_groups`` (*RecompileGroup*)"),
+               "``breaks`` (*DynamoBreak*), ``recompiles`` (*Recompile*), ``recompile_groups`` (*RecompileGroup*), "
+               "``requests`` (*CompileRequest*)"),
     "hlo": ("object", "how torch_xla's bridge (or TorchTPU's split compiler) lowered each FX graph: "
             "``break_count``, ``graphs`` (*XlaGraph*), ``breaks`` (*HloBreak*)"),
     "tpu": ("*TpuView* or null", "the TPU view (``xlabridge report --tpu``, ``diagnose(tpu=...)``): each distinct "
             "XLA graph compiled for a TPU topology by libtpu on this machine after the run, not run on a TPU; "
             "``graphs`` (*TpuGraph*)"),
     "pod": ("object", "what ``--pod`` captured: ``graphs`` (*RunGraph*), ``collectives`` (*CollectiveGroup*), "
-            "``divergences`` (*ProcessDivergence*), ``uneven_compiles`` (*UnevenCompile*)"),
+            "``divergences`` (*ProcessDivergence*), ``uneven_compiles`` (*UnevenCompile*); and for any run of "
+            "several ranks ``rank_differences`` (*RankDifference*)"),
     "findings": ("array of *Finding*", "conclusions worth acting on, ranked: the costliest in this run first"),
     "timeline": ("array of *Span*", "what each process did when: imports, tracing, compiles, calls, syncs"),
     "warnings": ("array of string", "what the diagnostics could not observe, in plain words"),
@@ -52,7 +54,7 @@ _ENVIRONMENT = (
 
 _ROWS = (rp.Process, rp.TimeSplit, rp.ProbeReport, rp.DynamoGraph, rp.DynamoBreak, rp.Recompile, rp.RecompileGroup,
          rp.XlaGraph, rp.Segment, rp.HloBreak, rp.TpuView, rp.TpuGraph, rp.RunGraph, rp.CollectiveGroup,
-         rp.ProcessDivergence, rp.UnevenCompile, rp.Finding, rp.Span)
+         rp.ProcessDivergence, rp.UnevenCompile, rp.RankDifference, rp.CompileRequest, rp.Finding, rp.Span)
 
 _HEADER = f"""# Report and event log schemas
 

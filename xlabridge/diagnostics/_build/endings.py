@@ -45,8 +45,11 @@ def _signal_number(name: str) -> int | None:
 
 
 def steps(events: Sequence[ev.Event]) -> int:
-    """Steps the process completed: its syncs and compile regions outside the bridge's extractions,
-    else the calls of its most called compiled graph."""
+    """Steps the process completed: its optimizer steps, else its syncs and compile regions outside the
+    bridge's extractions, else the calls of its most called compiled graph."""
+    stepped = [e.steps for e in events if isinstance(e, ev.OptimizerSteps)]
+    if stepped and max(stepped):
+        return max(stepped)
     extracting = [(e.start, e.t) for e in events if isinstance(e, ev.Partitioned)]
     kinds = ("torch_xla.sync", "torch_xla.compile")
     syncs = sum(1 for e in events if isinstance(e, ev.Sync) and e.what in kinds
@@ -176,8 +179,8 @@ def ending_finding(row: Process, others: Sequence[Process]) -> Finding | None:
             first = min((_start(p) for p in [row, *peers] if _start(p) is not None), default=None)
             if first is not None:
                 message += f". It stopped {stopped_at - first:.2f} s into the run"
-    return Finding("process-ended", message + ".", count=1, category=row.ending, filename=row.filename,
-                   lineno=row.lineno, function=row.function, pid=row.pid)
+    return Finding("process-ended", message + ".", count=1, category=row.ending, filename=row.filename or UNKNOWN.filename,
+                   lineno=row.lineno, function=row.function or UNKNOWN.function, pid=row.pid)
 
 
 def _start(row: Process) -> float | None:

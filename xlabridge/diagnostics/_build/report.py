@@ -24,10 +24,13 @@ from xlabridge.diagnostics._build import (
     timesplit as _timesplit,
     torch_breaks,
     causes,
+    ranks as _ranks,
+    requests as _requests,
 )
 from xlabridge.diagnostics import events as ev
 from xlabridge.diagnostics._frames import UNKNOWN, UserCodeRule
 from xlabridge.diagnostics.report import (
+    CompileRequest,
     DynamoBreak,
     DynamoGraph,
     Finding,
@@ -74,7 +77,11 @@ def build_report(events: Iterable[ev.Event], *, running: Collection[int] = ()) -
             report.findings.append(finding)
     if tpu_events:
         _build_tpu.add_tpu_view(report, [(b.events, b.rule) for b in builders], tpu_events)
-    _pod_report.add_divergences(report, [(b.pid, b.events, b.rule) for b in builders])
+    processes = [(b.pid, b.events, b.rule) for b in builders]
+    _pod_report.add_divergences(report, processes)
+    _ranks.add_rank_differences(report, processes)
+    _ranks.death_chain(report)
+    _ranks.holdups(report, processes)
     _findings.rank(report)
     return report
 
@@ -121,6 +128,7 @@ class _ProcessBuilder:
         if split is not None:
             self.report.time.append(split)
         self._dynamo()
+        self._requests()
         self._recompiles()
         self._xla_graphs()
         index = {g.graph: g.index for g in self.report.xla_graphs if g.pid == self.pid}
@@ -154,7 +162,9 @@ class _ProcessBuilder:
         environment = (end.environment if end and end.environment else None) or (self.start.environment if self.start else {})
         if not self.report.environment:
             self.report.environment = dict(environment)
-        self.report.processes.append(_endings.process_row(self.pid, self.events, self.rule, self.running))
+        row = _endings.process_row(self.pid, self.events, self.rule, self.running)
+        row.role = _ranks.role(self.events)
+        self.report.processes.append(row)
         cache = environment.get("compilation_cache") or {}
         if cache.get("state") not in (None, "off", "enabled"):
             self.report.findings.append(Finding(
@@ -205,12 +215,16 @@ class _ProcessBuilder:
             if compile_event.trigger == "dynamo":
                 tracing[compile_event.compile_id] += compile_event.t - compile_event.start
         ended = set()
+        timed: set[str] = set()
         for captured in self.of(ev.GraphCaptured):
             path = paths.get(captured.compile_id)
+            # a compilation that hands its backend several graphs (a restart of Dynamo's analysis) timed once
+            seconds = tracing.get(captured.compile_id) if captured.compile_id not in timed else None
+            timed.add(captured.compile_id)
             self.report.dynamo_graphs.append(DynamoGraph(
                 compile_id=captured.compile_id, op_count=captured.op_count, backend=captured.backend,
                 path=path.path if path else "", path_reason=path.reason if path else "",
-                ends_in_break=captured.ends_in_break, tracing_seconds=tracing.get(captured.compile_id),
+                ends_in_break=captured.ends_in_break, tracing_seconds=seconds,
                 pid=self.pid, **self._where(self._callers(captured.compile_id) + captured.frames),
             ))
             if captured.ends_in_break:
@@ -229,6 +243,21 @@ class _ProcessBuilder:
                     compile_id=graph_break.compile_id, pid=self.pid,
                     **self._where(self._callers(graph_break.compile_id) + graph_break.frames),
                 ))
+
+    def _requests(self) -> None:
+        """Each request to compile; one Dynamo skips the target of is a finding."""
+        compiled = [e.code for e in self.of(ev.DynamoCompile) if e.trigger == "dynamo" and e.code is not None]
+        for request in self.of(ev.CompileRequest):
+            where = self._where(request.frames)
+            nothing = request.code is not None and request.code in request.skipped
+            self.report.compile_requests.append(CompileRequest(
+                how=request.how, target=request.target, backend=request.backend,
+                code=_place(request.code) if request.code else "", skipped=[_place(f) for f in request.skipped],
+                compiles_nothing=nothing, pid=self.pid, **where,
+            ))
+            if nothing:
+                self.report.findings.append(_requests.skipped_finding(
+                    request, where, [c for c in compiled if self.rule.is_user(c.filename)], self.pid))
 
     def _torch_break(self, record: ev.TorchBreak, ends_graph: bool) -> None:
         text = torch_breaks.parse(record.text)
@@ -347,6 +376,10 @@ class _ProcessBuilder:
                 "meant for the CPU compiles faster with backend='inductor'.",
                 graph=graphs[0] if graphs else None,
             ))
+
+
+def _place(frame: ev.Frame) -> str:
+    return f"{frame.filename}:{frame.lineno} ({frame.function})"
 
 
 TRACE_LIMITS = (

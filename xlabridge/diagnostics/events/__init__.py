@@ -43,6 +43,7 @@ from xlabridge.diagnostics.events._base import (
 from xlabridge.diagnostics.events._json import from_dict, to_dict
 from xlabridge.diagnostics.events._log import LogContents, LogWriter, iter_lines, read_log, sums_path, write_log
 from xlabridge.diagnostics.events._lifecycle import Activity, ProcessExit, SignalReceived, Stall, StallEnd, ThreadStack
+from xlabridge.diagnostics.events._training import CompileRequest, OptimizerSteps
 from xlabridge.diagnostics.events._types import (
     BridgeGraph,
     CompilePath,
@@ -84,6 +85,7 @@ __all__ = [
     "BackendCompile",
     "BridgeGraph",
     "CompilePath",
+    "CompileRequest",
     "CompiledCalls",
     "CpuNode",
     "DynamoCompile",
@@ -110,6 +112,7 @@ __all__ = [
     "LogContents",
     "LogWriter",
     "LoweringBreak",
+    "OptimizerSteps",
     "Partitioned",
     "ProbeState",
     "ProbeStatus",

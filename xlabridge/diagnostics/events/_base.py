@@ -53,6 +53,8 @@ class EventType(str, enum.Enum):
     STALL_END = "stall_end"
     TORCH_BREAK = "torch_break"
     TRACE_READ = "trace_read"
+    COMPILE_REQUEST = "compile_request"
+    OPTIMIZER_STEPS = "optimizer_steps"
 
 
 class ProbeState(str, enum.Enum):

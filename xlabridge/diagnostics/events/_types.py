@@ -23,6 +23,7 @@ from xlabridge.diagnostics.events._base import (
     XlaPhase,
 )
 from xlabridge.diagnostics.events._lifecycle import ProcessExit, SignalReceived, Stall, StallEnd
+from xlabridge.diagnostics.events._training import CompileRequest, OptimizerSteps
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -65,6 +66,9 @@ class DynamoCompile(Event):
     trigger: str = _field("``dynamo`` (a frame) or ``lazy_backward`` (AOTAutograd's deferred backward)", "dynamo")
     start: float = _field("monotonic start, seconds")
     caller_frames: list[Frame] = _field("the Python stack that called the compiled code, outermost first", factory=list)
+    code: Frame | None = _field("the compiled frame's code (Dynamo's record of it: ``co_filename``, ``co_firstlineno``, "
+                                "``co_name``), which names one frame on every rank alike", None)
+    step: int | None = _field("optimizer steps the process had taken when the compilation started", None)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -467,7 +471,7 @@ EVENT_CLASSES: dict[EventType, type[Event]] = {
         BridgeGraph, Partitioned, XlaGraphSeen, XlaCompile, GraphCalled, GraphCalls, Transfer, ProcessEnd,
         TpuCompiled, TpuPass, Imported, Sync, EagerOps,
         LazyGraphSeen, LazyRuns, GraphCollectives, FxCode, FxProgram, TpuSlice, BackendCompile, CompiledCalls,
-        SyncCalls, SignalReceived, ProcessExit, Stall, StallEnd,
+        SyncCalls, SignalReceived, ProcessExit, Stall, StallEnd, CompileRequest, OptimizerSteps,
     )
 }
 assert set(EVENT_CLASSES) == set(EventType), "every event type has its class"

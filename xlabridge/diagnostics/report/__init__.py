@@ -5,7 +5,14 @@ builds, ``xlabridge.diagnostics.views`` render. This package imports nothing els
 diagnostics, so every other part may depend on it and it on none of them.
 """
 
-from xlabridge.diagnostics.report._pod import CollectiveGroup, ProcessDivergence, RunGraph, UnevenCompile
+from xlabridge.diagnostics.report._pod import (
+    CollectiveGroup,
+    CompileRequest,
+    ProcessDivergence,
+    RankDifference,
+    RunGraph,
+    UnevenCompile,
+)
 from xlabridge.diagnostics.report._report import SCHEMA, Report
 from xlabridge.diagnostics.report._rows import (
     UNKNOWN_NAME,
@@ -29,6 +36,7 @@ __all__ = [
     "SCHEMA",
     "UNKNOWN_NAME",
     "CollectiveGroup",
+    "CompileRequest",
     "DynamoBreak",
     "DynamoGraph",
     "Finding",
@@ -37,6 +45,7 @@ __all__ = [
     "Process",
     "ProcessDivergence",
     "ProcessEnding",
+    "RankDifference",
     "Recompile",
     "RecompileGroup",
     "Report",

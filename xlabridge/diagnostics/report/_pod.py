@@ -78,3 +78,44 @@ class UnevenCompile:
     hash: str = _field("the graph")
     compiled_on: list[str] = _field("processes that compiled it there", factory=list)
     cached_on: list[str] = _field("processes that had it compiled", factory=list)
+
+
+@dataclasses.dataclass
+class RankDifference:
+    """Dynamo compilations of one frame that some ranks of a ``torch.distributed`` job made and the
+    others did not (any backend): the others wait for them at their next collective."""
+
+    kind: str = _field("``compile``: Dynamo compilations (first compiles, recompiles, the frames after a break)")
+    code: str = _field("the compiled frame's code, ``file:line (function)`` (the same on every rank)")
+    ranks: list[str] = _field("the ranks that made them", factory=list)
+    others: list[str] = _field("the ranks that did not", factory=list)
+    compiles: dict[str, int] = _field("rank → compilations of this frame over the whole run", factory=dict)
+    steps: list[int] = _field("optimizer steps taken before each of them (empty: no optimizer stepped)",
+                              factory=list)
+    seconds: float = _field("their compile seconds on the first of ``ranks``", 0.0)
+    compile_ids: list[str] = _field("their Dynamo compile ids on that rank", factory=list)
+    breaks: list[str] = _field("graph breaks that ended them, ``file:line: reason``", factory=list)
+    guards: list[str] = _field("guards whose failure recompiled them", factory=list)
+    others_doing: dict[str, str] = _field("rank → what it did meanwhile, from its timeline", factory=dict)
+    filename: str = _field("user source line behind them (the break's, the recompile's, the graph's)", UNKNOWN_NAME)
+    lineno: int = _field("line", 0)
+    function: str = _field("function", UNKNOWN_NAME)
+
+
+@dataclasses.dataclass
+class CompileRequest:
+    """Something handed to Dynamo: ``torch.compile``, ``Module.compile()``, the decorator,
+    ``torch._dynamo.optimize``, by the user or a library."""
+
+    how: str = _field("``torch.compile``, ``Module.compile`` or ``torch._dynamo.optimize``")
+    target: str = _field("a module's class or a function's qualified name")
+    backend: str = _field("the backend as named", "")
+    code: str = _field("the code Dynamo is asked to trace, ``file:line (function)``", "")
+    skipped: list[str] = _field("frames Dynamo skips before anything of the target (torch's own code), outermost "
+                                "first", factory=list)
+    compiles_nothing: bool = _field("Dynamo skips the target's own code (its ``forward`` too): only modules of the "
+                                    "user's inside it are compiled, each on its own", False)
+    filename: str = _field("user source line that asked", UNKNOWN_NAME)
+    lineno: int = _field("line", 0)
+    function: str = _field("function", UNKNOWN_NAME)
+    pid: int = _field("process", 0)

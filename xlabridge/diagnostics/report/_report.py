@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from xlabridge.diagnostics._fields import field as _field
-from xlabridge.diagnostics.report._pod import CollectiveGroup, ProcessDivergence, RunGraph, UnevenCompile
+from xlabridge.diagnostics.report._pod import (
+    CollectiveGroup,
+    CompileRequest,
+    ProcessDivergence,
+    RankDifference,
+    RunGraph,
+    UnevenCompile,
+)
 from xlabridge.diagnostics.report._rows import (
     DynamoBreak,
     DynamoGraph,
@@ -63,6 +70,10 @@ class Report:
     collectives: list[CollectiveGroup] = _field("collectives per XLA graph, grouped (``--pod``)", factory=list)
     divergences: list[ProcessDivergence] = _field("places where processes ran different graphs", factory=list)
     uneven_compiles: list[UnevenCompile] = _field("compiles some processes only did", factory=list)
+    rank_differences: list[RankDifference] = _field("Dynamo compilations some ranks of a torch.distributed job made "
+                                                    "and the others did not", factory=list)
+    compile_requests: list[CompileRequest] = _field("each request to compile: torch.compile, Module.compile(), the "
+                                                    "decorator, torch._dynamo.optimize", factory=list)
     findings: list[Finding] = _field("conclusions worth acting on, ranked: the costliest in this run first", factory=list)
     timeline: list[Span] = _field("what each process did when (imports, tracing, compiles, calls, syncs)", factory=list)
     warnings: list[str] = _field("what the diagnostics could not observe, in plain words", factory=list)
@@ -100,6 +111,7 @@ class Report:
                 "breaks": [rows(b) for b in self.dynamo_breaks],
                 "recompiles": [rows(r) for r in self.recompiles],
                 "recompile_groups": [rows(g) for g in self.recompile_groups],
+                "requests": [rows(r) for r in self.compile_requests],
             },
             "hlo": {
                 "break_count": self.hlo_break_count,
@@ -112,6 +124,7 @@ class Report:
                 "collectives": [rows(c) for c in self.collectives],
                 "divergences": [rows(d) for d in self.divergences],
                 "uneven_compiles": [rows(u) for u in self.uneven_compiles],
+                "rank_differences": [rows(d) for d in self.rank_differences],
             },
             "findings": [rows(f) for f in self.findings],
             "timeline": [rows(s) for s in self.timeline],
@@ -155,12 +168,14 @@ class Report:
             dynamo_breaks=build(DynamoBreak, dynamo["breaks"]),
             recompiles=build(Recompile, dynamo["recompiles"]),
             recompile_groups=build(RecompileGroup, dynamo.get("recompile_groups", [])),
+            compile_requests=build(CompileRequest, dynamo.get("requests", [])),
             xla_graphs=graphs,
             hlo_breaks=build(HloBreak, hlo["breaks"]),
             run_graphs=build(RunGraph, data.get("pod", {}).get("graphs", [])),
             collectives=build(CollectiveGroup, data.get("pod", {}).get("collectives", [])),
             divergences=build(ProcessDivergence, data.get("pod", {}).get("divergences", [])),
             uneven_compiles=build(UnevenCompile, data.get("pod", {}).get("uneven_compiles", [])),
+            rank_differences=build(RankDifference, data.get("pod", {}).get("rank_differences", [])),
             findings=build(Finding, data.get("findings", [])),
             timeline=build(Span, data.get("timeline", [])),
             warnings=list(data.get("warnings", [])),

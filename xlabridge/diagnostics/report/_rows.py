@@ -193,13 +193,16 @@ class Process:
     last_event_seconds: float | None = _field("seconds from its start to its last event (its last sign of life)",
                                               None)
     started: float | None = _field("wall-clock time (``time.time()``) of its start: lines processes up", None)
-    steps: int = _field("steps it completed as far as the probes count them: its ``torch_xla.sync()`` calls and "
-                        "compile regions, else the calls of its most called compiled graph", 0)
-    filename: str = _field("user source line it was at when it ended (an exception's, a signal's), if known",
-                           UNKNOWN_NAME)
-    lineno: int = _field("line", 0)
-    function: str = _field("function", UNKNOWN_NAME)
+    steps: int = _field("steps it completed as far as the probes count them: its optimizer steps, else its "
+                        "``torch_xla.sync()`` calls and compile regions, else the calls of its most called compiled "
+                        "graph", 0)
+    filename: str = _field("user source line it was at when it ended (an exception's, a signal's); empty where "
+                           "none is known (an exit at the end of the program)", "")
+    lineno: int = _field("line (0: none)", 0)
+    function: str = _field("function (empty: none)", "")
     run_id: str = _field("the run it belongs to (``xlabridge report``'s)", "")
+    role: str = _field("``launcher`` (torchrun's elastic launcher, which waits for its ranks), ``rank`` (a process of a "
+                       "``torch.distributed`` job), or empty: a process of its own", "")
 
 
 @dataclasses.dataclass

@@ -77,9 +77,20 @@ def share_cells(split: TimeSplit) -> list[str]:
     return [f"{seconds(getattr(split, key))} ({shares[key]:.0%})" for key, _ in SHARE_LABELS]
 
 
+def short_process_name(report: Report, pid: int) -> str:
+    """``rank 1``, ``launcher`` or ``pid 42``: a process in a table's column."""
+    row = next((p for p in report.processes if p.pid == pid), None)
+    if row is not None and row.role == "launcher":
+        return "launcher"
+    return f"rank {row.rank}" if row is not None and row.rank is not None else f"pid {pid}"
+
+
 def process_name(report: Report, pid: int) -> str:
-    """``rank 1 (pid 42)`` where the rank is known, else ``pid 42``."""
-    rank = next((p.rank for p in report.processes if p.pid == pid), None)
+    """``rank 1 (pid 42)`` where the rank is known, ``launcher (pid 42)`` for a launcher of ranks, else ``pid 42``."""
+    row = next((p for p in report.processes if p.pid == pid), None)
+    if row is not None and row.role == "launcher":
+        return f"launcher (pid {pid})"
+    rank = row.rank if row is not None else None
     return f"rank {rank} (pid {pid})" if rank is not None else f"pid {pid}"
 
 
@@ -125,6 +136,7 @@ _KIND_NOUNS = {
     "tpu-refused": ("graph XLA:TPU refused", "graphs XLA:TPU refused"),
     "stall": ("stall", "stalls"),
     "process-ended": ("process that did not end normally", "processes that did not end normally"),
+    "compile-skipped": ("request to compile that Dynamo skips", "requests to compile that Dynamo skips"),
 }
 """A finding's kind as a noun, singular and plural (``4 recompiles``)."""
 

@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING
 
 from xlabridge.diagnostics.report._report import TRACE_SOURCE
-from xlabridge.diagnostics.views import _overview as overview
+from xlabridge.diagnostics.views import _overview as overview, _pod
 from xlabridge.diagnostics.views._model import (
     Box,
     Figure,
@@ -37,6 +37,7 @@ from xlabridge.diagnostics.views._overview import (
     SHARE_LABELS,
     SHARE_OF_KIND,
     process_name,
+    short_process_name,
     ranked,
     share_cells,
     share_colour,
@@ -82,20 +83,27 @@ def _dynamo(report: Report) -> Section:
         summary=f"{plural(report.graph_count, 'graph')}, {plural(report.break_count, 'break')}, "
         f"{plural(len(report.recompiles), 'recompile')}",
     )
+    ranked = len({g.pid for g in report.dynamo_graphs} | {b.pid for b in report.dynamo_breaks}) > 1
+    rank = ([lambda pid: [short_process_name(report, pid)]], ["rank"], [9]) if ranked else ([lambda pid: []], [], [])
     if report.dynamo_graphs:
         section.tables.append(Table(
-            ["compile", "backend", "path", "ops", "tracing", "where"],
-            [[g.compile_id, g.backend, g.path or "-", str(g.op_count), seconds(g.tracing_seconds),
-              where(g.filename, g.lineno, g.function)] for g in report.dynamo_graphs],
-            [9, 10, 12, 5, 9, 0],
+            rank[1] + ["compile", "backend", "path", "ops", "tracing", "where"],
+            [rank[0][0](g.pid) + [g.compile_id, g.backend, g.path or "-", str(g.op_count), seconds(g.tracing_seconds),
+                                  where(g.filename, g.lineno, g.function)] for g in report.dynamo_graphs],
+            rank[2] + [9, 10, 12, 5, 9, 0],
         ))
     if report.dynamo_breaks:
         section.tables.append(Table(
-            ["#", "category", "where", "reason", "suggestion"],
-            [[str(n), b.category, where(b.filename, b.lineno, b.function), first_line(b.reason), b.suggestion]
+            ["#"] + rank[1] + ["category", "where", "reason", "suggestion"],
+            [[str(n)] + rank[0][0](b.pid) + [b.category, where(b.filename, b.lineno, b.function), first_line(b.reason),
+                                            b.suggestion]
              for n, b in enumerate(report.dynamo_breaks, start=1)],
-            [3, 22, 34, 30, 0],
+            [3] + rank[2] + [22, 34, 30, 0],
         ))
+    skipped = [r for r in report.compile_requests if r.compiles_nothing]
+    for request in skipped:
+        section.notes.append(f"{request.how}() of {request.target} at {where(request.filename, request.lineno, request.function)} "
+                             f"compiles nothing of it: Dynamo skips {', '.join(request.skipped)}")
     return section
 
 
@@ -348,123 +356,24 @@ def _recompiles(report: Report) -> Section | None:
     for recompile in report.recompiles:
         groups.setdefault(_cause_key(recompile), []).append(recompile)
     locations = {key[:3] for key in groups}
+    ranked = len({r.pid for r in report.recompiles}) > 1
     section = Section(
         "recompiles", "Recompiles",
         summary=f"{len(report.recompiles)} at {plural(len(locations), 'location')}, "
         f"{plural(len(groups), 'cause')}",
         tables=[Table(
-            ["where", "count", "cause", "guard that failed"],
-            [[where(*key[:3]), str(len(members)), key[3], _guards(members)]
+            ["where", "count"] + (["ranks"] if ranked else []) + ["cause", "guard that failed"],
+            [[where(*key[:3]), str(len(members))]
+             + ([", ".join(dict.fromkeys(short_process_name(report, r.pid) for r in members))] if ranked else [])
+             + [key[3], _guards(members)]
              for key, members in groups.items()],
-            [40, 5, 20, 0],
+            [40, 5] + ([14] if ranked else []) + [20, 0],
         )],
     )
     for category in dict.fromkeys(key[3] for key in groups):
         suggestion = next((r.suggestion for r in report.recompiles if r.category == category and r.suggestion), "")
         if suggestion:
             section.notes.append(f"{category}: {suggestion}")
-    return section
-
-
-def _run_graphs(report: Report) -> Section | None:
-    if not report.run_graphs:
-        return None
-    lazy = [g for g in report.run_graphs if g.origin == "lazy"]
-    several = len({g.pid for g in report.run_graphs}) > 1
-    return Section(
-        "run_graphs", "XLA graphs run",
-        summary=f"{plural(len(report.run_graphs), 'graph')} ({len(lazy)} traced lazily), "
-        f"{sum(g.executions for g in report.run_graphs)} executions, "
-        f"{plural(sum(g.compiles for g in report.run_graphs), 'compile')}",
-        tables=[Table(
-            (["process"] if several else []) + ["graph", "origin", "cause", "compiles", "runs", "devices",
-                                                 "collectives", "where"],
-            [([g.process] if several else []) + [
-                g.hash[:10], g.origin, g.cause, str(g.compiles), str(g.executions), str(g.num_partitions),
-                f"{g.collectives} ({byte_size(g.collective_bytes)})" if g.collectives else "-",
-                where(g.filename, g.lineno, g.function)] for g in report.run_graphs],
-            ([8] if several else []) + [10, 6, 17, 8, 5, 7, 18, 0],
-        )],
-    )
-
-
-def _collectives(report: Report) -> Section | None:
-    if not report.collectives:
-        return None
-    avoidable = [c for c in report.collectives if c.avoidable]
-    section = Section(
-        "collectives", "Collectives",
-        summary=f"{sum(c.count for c in report.collectives)} per run of their graphs over "
-        f"{plural(len({c.hash for c in report.collectives}), 'graph')}, "
-        f"{byte_size(sum(c.bytes for c in report.collectives))} per device; "
-        f"{sum(c.count for c in avoidable)} likely avoidable",
-        tables=[Table(
-            ["graph", "kind", "count", "bytes", "groups", "where", "cause"],
-            [[c.hash[:10], c.kind, str(c.count), byte_size(c.bytes),
-              " ".join("{" + ",".join(map(str, g)) + "}" for g in c.replica_groups) or "all",
-              where(c.filename, c.lineno, c.function), c.category + (" (avoidable)" if c.avoidable else "")]
-             for c in report.collectives],
-            [10, 18, 5, 9, 16, 0, 30],
-        )],
-    )
-    for category in dict.fromkeys(c.category for c in avoidable):
-        section.notes.append(f"{category}: {next(c.suggestion for c in avoidable if c.category == category)}")
-    return section
-
-
-_NORMAL = ("exited", "observed", "traced")
-"""Endings that are no finding: a normal exit, a ``diagnose()`` block's end, a trace that does not say."""
-
-
-def _abnormal(report: Report) -> bool:
-    return any(p.ending not in _NORMAL for p in report.processes)
-
-
-def _processes(report: Report) -> Section | None:
-    """Every process, how far it got and how it ended (which rank stopped when), then where processes
-    ran different graphs (``--pod``)."""
-    several = len(report.processes) > 1 or len({g.pid for g in report.run_graphs}) > 1
-    if not several and not report.divergences and not _abnormal(report):
-        return None
-    ended = [p for p in report.processes if p.ending not in _NORMAL]
-    section = Section(
-        "processes", "Processes",
-        summary=f"{plural(len(report.processes), 'process')}, {len(ended)} did not end normally, "
-        f"{plural(len(report.divergences), 'divergence')}, {plural(len(report.uneven_compiles), 'uneven compile')}",
-    )
-    first = min((p.started for p in report.processes if p.started is not None), default=None)
-    graphs = {name: [g for g in report.run_graphs if g.process == name] for name in dict.fromkeys(
-        g.process for g in report.run_graphs)}
-    rows = []
-    for p in report.processes:
-        name = f"rank {p.rank}" if p.rank is not None else f"pid {p.pid}"
-        mine = graphs.get(name, [])
-        stopped = (p.started + p.last_event_seconds - first
-                   if first is not None and p.started is not None and p.last_event_seconds is not None else None)
-        rows.append([process_name(report, p.pid), p.ending, str(p.steps), seconds(stopped),
-                     str(sum(g.executions for g in mine)) if mine else "-", p.how])
-    section.tables.append(Table(
-        ["process", "ended", "steps", "last event", "graph runs", "how"], rows, [22, 8, 6, 10, 10, 0]))
-    section.notes.append("last event: seconds from the run's first process start to the process's last sign of "
-                         "life; a process killed without a word stopped then")
-    if report.divergences:
-        section.tables.append(Table(
-            ["step", "graph", "graphs run", "lines only this process has"],
-            [[str(d.step), str(d.position),
-              ", ".join(f"{name}: {(h or 'none')[:10]}" for name, h in d.graphs.items()),
-              " | ".join(f"{name}: {', '.join(lines)}" for name, lines in d.differences.items()) or "-"]
-             for d in report.divergences],
-            [4, 5, 40, 0],
-        ))
-    if report.uneven_compiles:
-        section.tables.append(Table(
-            ["step", "graph", "hash", "compiled on", "cached on"],
-            [[str(u.step), str(u.position), u.hash[:10], ", ".join(u.compiled_on), ", ".join(u.cached_on)]
-             for u in report.uneven_compiles],
-            [4, 5, 10, 30, 0],
-        ))
-    if len(graphs) > 1 and not report.divergences:
-        section.notes.append("every process ran the same graphs in the same order, as far as each got")
     return section
 
 
@@ -478,8 +387,8 @@ def build(report: Report) -> list[Section]:
         out.append(Section("empty", "", notes=["no graphs observed"]))
     elif _observed(report):
         out += [_dynamo(report), _hlo(report)]
-    out += [s for s in (_run_graphs(report), _collectives(report), _processes(report), _recompiles(report),
-                        _tpu(report)) if s is not None]
+    out += [s for s in (_pod.run_graphs(report), _pod.collectives(report), _pod.processes(report),
+                        _recompiles(report), _tpu(report)) if s is not None]
     shown = {item.rank for item in summary.items} if summary is not None else set()
     rest = [item for item in ranked(report) if item.rank not in shown]
     if rest:

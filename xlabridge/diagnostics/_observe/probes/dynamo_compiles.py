@@ -36,6 +36,7 @@ from xlabridge._upstream import torch as upstream_torch
 from xlabridge.diagnostics import _frames
 from xlabridge.diagnostics._observe import recorder as _recorder, watchdog
 from xlabridge.diagnostics import events as ev
+from xlabridge.diagnostics._observe import steps as _steps
 from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, xla_metrics
 
 INFO = ProbeInfo(
@@ -54,10 +55,10 @@ class _State:
     """What the callbacks carry between a start and its end, and the metrics already read."""
 
     def __init__(self) -> None:
-        self.open: dict[str, tuple[float, str, list[ev.Frame], float]] = {}
+        self.open: dict[str, tuple[float, str, list[ev.Frame], float, int]] = {}
         self.timed: set[str] = set()
-        # timed by the callbacks, waiting for their metrics record: "id:trigger" -> (start, end, frames)
-        self.pending: dict[str, tuple[float, float, list[ev.Frame]]] = {}
+        # timed by the callbacks, waiting for their metrics record: "id:trigger" -> (start, end, frames, step)
+        self.pending: dict[str, tuple[float, float, list[ev.Frame], int]] = {}
         self.read: set[tuple[Any, ...]] = set()
         self.registered = False
 
@@ -97,7 +98,8 @@ def _on_start(*args: Any) -> None:
 def _start(args: tuple[Any, ...]) -> None:
     drain()
     compile_id, trigger = _compile_id(args)
-    _STATE.open[compile_id] = (time.monotonic(), trigger, _caller_frames(), _compile_seconds())
+    _STATE.open[compile_id] = (time.monotonic(), trigger, _caller_frames(), _compile_seconds(),
+                               _steps.taken())
 
 
 def _on_end(*args: Any) -> None:
@@ -111,11 +113,11 @@ def _end(args: tuple[Any, ...]) -> None:
     opened = _STATE.open.pop(compile_id, None)
     if opened is None:
         return
-    start, trigger, frames, compile_before = opened
+    start, trigger, frames, compile_before, step = opened
     end = time.monotonic()
     _recorder.progress(end)
     _STATE.timed.add(f"{compile_id}:{trigger}")
-    _STATE.pending[f"{compile_id}:{trigger}"] = (start, end, frames)
+    _STATE.pending[f"{compile_id}:{trigger}"] = (start, end, frames, step)
     compiled = _compile_seconds() - compile_before
     if compiled > 0:
         _recorder.emit(ev.XlaCompile(**_recorder.stamp(end), graph=None, phase=ev.XlaPhase.DYNAMO,
@@ -125,7 +127,7 @@ def _end(args: tuple[Any, ...]) -> None:
 def _under_way() -> list[ev.Activity]:
     """The compilations begun and not ended (a stall report's)."""
     return [ev.Activity(ev.ActivityKind.DYNAMO_COMPILE, f"{trigger} {compile_id}", since=start)
-            for compile_id, (start, trigger, _, _) in list(_STATE.open.items())]
+            for compile_id, (start, trigger, *_) in list(_STATE.open.items())]
 
 
 watchdog.report_state(_under_way)
@@ -135,9 +137,17 @@ def _metrics_records() -> list[Any]:
     return upstream_torch.compilation_metrics()
 
 
-def _emit(compile_id: str, trigger: str, start: float, end: float, frames: list[ev.Frame]) -> None:
+def _emit(compile_id: str, trigger: str, start: float, end: float, frames: list[ev.Frame], step: int | None,
+          code: ev.Frame | None = None) -> None:
     _recorder.emit(ev.DynamoCompile(**_recorder.stamp(end), compile_id=compile_id, trigger=trigger,
-                                    start=start, caller_frames=frames))
+                                    start=start, caller_frames=frames, code=code, step=step))
+
+
+def _code(record: Any) -> ev.Frame | None:
+    """The compiled frame's code, as Dynamo's record names it."""
+    if not getattr(record, "co_filename", None):
+        return None
+    return ev.Frame(record.co_filename, int(record.co_firstlineno or 0), record.co_name or "")
 
 
 def drain(*, ended: bool = False) -> None:
@@ -147,9 +157,9 @@ def drain(*, ended: bool = False) -> None:
         _read_records()
     finally:
         if ended:
-            for key, (start, end, frames) in list(_STATE.pending.items()):
+            for key, (start, end, frames, step) in list(_STATE.pending.items()):
                 compile_id, _, trigger = key.rpartition(":")
-                _emit(compile_id, trigger, start, end, frames)
+                _emit(compile_id, trigger, start, end, frames, step)
             _STATE.pending.clear()
 
 
@@ -164,17 +174,17 @@ def _read_records() -> None:
         trigger = "dynamo" if forward else "lazy_backward"
         timed = _STATE.pending.pop(f"{compile_id}:{trigger}", None)
         if timed is not None:
-            start, end, frames = timed
+            start, end, frames, step = timed
             if record.start_time_us and record.end_time_us:
                 began, ended = record.start_time_us / 1e6 - offset, record.end_time_us / 1e6 - offset
                 if began <= end and ended >= start:  # the record of this compilation, not of an earlier one
                     start, end = min(start, began), max(end, ended)
-            _emit(compile_id, trigger, start, end, frames)
+            _emit(compile_id, trigger, start, end, frames, step, _code(record))
         elif f"{compile_id}:{trigger}" not in _STATE.timed and record.start_time_us and record.end_time_us:
             _STATE.timed.add(f"{compile_id}:{trigger}")
             _recorder.emit(ev.DynamoCompile(
                 **_recorder.stamp(record.end_time_us / 1e6 - offset), compile_id=compile_id, trigger=trigger,
-                start=record.start_time_us / 1e6 - offset,
+                start=record.start_time_us / 1e6 - offset, code=_code(record),
             ))
         if forward and _is_recompile(compile_id):
             code = ev.Frame(record.co_filename or "<unknown>", int(record.co_firstlineno or 0), record.co_name or "")

@@ -18,6 +18,7 @@ from xlabridge.diagnostics._observe.probes import (
     ProbeInfo,
     Status,
     status as _status,
+    compile_requests,
     compiled_calls,
     dynamo_breaks,
     dynamo_compiles,
@@ -33,12 +34,14 @@ from xlabridge.diagnostics._observe.probes import (
 )
 
 PROBES: tuple[ProbeInfo, ...] = (
-    imports.INFO, dynamo_compiles.INFO, dynamo_graphs.INFO, dynamo_breaks.INFO, compiled_calls.INFO, inductor.INFO,
+    imports.INFO, compile_requests.INFO, dynamo_compiles.INFO, dynamo_graphs.INFO,
+    dynamo_breaks.INFO, compiled_calls.INFO, inductor.INFO,
     xla_helper.INFO, xla_bridge.INFO, xla_sync.INFO, xla_metrics.INFO, xla_eager.INFO, torchtpu.INFO,
 )
 """Every probe, in the order the report lists them."""
 
-_INSTALLED_AT_START = (imports, dynamo_compiles, dynamo_graphs, dynamo_breaks, inductor, xla_helper, xla_sync, torchtpu)
+_INSTALLED_AT_START = (imports, compile_requests, dynamo_compiles, dynamo_graphs, dynamo_breaks, inductor, xla_helper,
+                       xla_sync, torchtpu)
 """Probes installed when observation starts, in this order (the sync and TorchTPU probes wait on the
 import probe's hook); the bridge's are installed per extraction."""
 

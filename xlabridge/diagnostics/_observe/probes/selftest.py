@@ -59,6 +59,7 @@ def expectations(
     need("backend.calls", any(c.role == "forward" and c.calls for c in calls), "no call of an aot_eager graph")
     need("backend.calls", any(c.role == "backward" and c.calls for c in calls), "no backward of an aot_eager graph")
     need("dynamo.breaks", bool(of(ev.TorchBreak)), "no graph break as torch records it")
+    need("dynamo.requests", any(r.how == "torch.compile" for r in of(ev.CompileRequest)), "no torch.compile request")
     if with_xla:
         need("dynamo.graphs", any(g.backend == "xlabridge" for g in graphs), "no graph of the xlabridge backend")
         bridged = of(ev.BridgeGraph)
