@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from xlabridge.tpu._chips import CHIPS
+from xlabridge.tpu._findings import TpuFinding
 
 __all__ = ["SCHEMA", "HbmUsage", "TpuCompileResult"]
 
@@ -20,8 +21,9 @@ COST_MODEL_NOTE = (
     "XLA's cost-analysis figure (optimal_seconds): a sum over the program's operations at rates "
     "fixed inside libtpu; libtpu 0.0.23 gives the same value for v4, v5e, v5p and v6e (about "
     "317 GB/s and 23 TFLOP/s, not the chip's), so it ranks graphs but does not predict a step "
-    "time; None where the program holds an operation the cost model cannot cost (it counts each "
-    "such custom call as -1 s)"
+    "time. It counts each custom call of the program's entry it cannot cost as -1 s (and -1 flop, -1 "
+    "byte): for such a program the figure is the rest's, those -1s taken back out, and ``uncosted`` names "
+    "what was left out; None where the cost model gave no figure"
 )
 
 
@@ -91,6 +93,10 @@ class TpuCompileResult:
     """See ``COST_MODEL_NOTE``."""
     hlo: str
     """The optimized TPU HLO module text (empty when XLA ran out of HBM)."""
+    uncosted: tuple[str, ...] = ()
+    """Custom calls the cost model could not cost (one target per call), left out of the cost figures."""
+    findings: tuple[TpuFinding, ...] = ()
+    """What to fix for the TPU, read from ``hlo`` (``xlabridge.tpu.findings``), costliest first."""
 
     @property
     def kernel_count(self) -> int:
@@ -129,6 +135,8 @@ class TpuCompileResult:
         """A JSON-friendly dict (``from_dict`` reads it back)."""
         data = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         data["kernels"] = list(self.kernels)
+        data["uncosted"] = list(self.uncosted)
+        data["findings"] = [f.to_dict() for f in self.findings]
         data["memory"] = self.memory.to_dict() if self.memory is not None else None
         return {
             "schema": SCHEMA,
@@ -143,7 +151,11 @@ class TpuCompileResult:
     def from_dict(cls, data: dict[str, Any]) -> TpuCompileResult:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a TPU compile result of schema {SCHEMA!r}: schema {data.get('schema')!r}")
-        values = {field.name: data[field.name] for field in dataclasses.fields(cls)}
+        defaults = {"uncosted": [], "findings": []}  # absent from results written before they were read
+        values = {field.name: data[field.name] if field.name in data else defaults[field.name]
+                  for field in dataclasses.fields(cls)}
         values["kernels"] = tuple(values["kernels"])
+        values["uncosted"] = tuple(values["uncosted"])
+        values["findings"] = tuple(TpuFinding.from_dict(f) for f in values["findings"])
         values["memory"] = HbmUsage.from_dict(values["memory"]) if values["memory"] is not None else None
         return cls(**values)
