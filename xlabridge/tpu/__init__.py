@@ -43,8 +43,8 @@ from xlabridge.tpu._compiler import (
     compile_stablehlo,
     compile_tensors,
 )
-from xlabridge.tpu._findings import TpuFinding, TpuFindingKind, findings
-from xlabridge.tpu._result import HbmUsage, TpuCompileResult
+from xlabridge.tpu._findings import findings
+from xlabridge.tpu._result import HbmUsage, TpuCompileResult, TpuFinding, TpuFindingKind
 from xlabridge.tpu._topology import KNOWN_TOPOLOGIES, Topology, resolve_target
 from xlabridge.tpu._view import Program, ProgramFormat, TpuRow, compile_program, compile_row, compile_rows
 

@@ -32,23 +32,21 @@ traced the op, and ``op_name``).
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from xlabridge.tpu._kernels import _computations
+from xlabridge.tpu._result import TpuCompileResult, TpuFinding, TpuFindingKind
 
-if TYPE_CHECKING:
-    from xlabridge.tpu._result import TpuCompileResult
-
-__all__ = ["Array", "TpuFinding", "TpuFindingKind", "findings", "read_findings", "uncosted_custom_calls"]
+__all__ = ["Array", "findings", "read_findings", "uncosted_custom_calls"]
 
 MIN_PADDING_SHARE = 0.01
-"""A padded dimension is a finding when its padding is at least this share of the program's array
-bytes or of its matmuls' MXU work: below it, the padding of scalars and small vectors."""
+"""A dimension smaller than its tile is a finding when its padding is at least this share of the
+program's array bytes or of its matmuls' MXU work (below it: scalars and small vectors); a
+dimension of a tile or more that is not a multiple of it always is (a vocabulary of 50257)."""
 NEAR_HBM = 0.8
 """A program whose HBM per device reaches this share of the device's gets its largest arrays listed."""
 LARGEST_ARRAYS = 5
@@ -81,21 +79,6 @@ _WINDOW = re.compile(r"window=\{size=(?P<size>[\dx]+)")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{(?P<dims>[\d,]*)\}")
 
 
-class TpuFindingKind(str, enum.Enum):
-    """What a finding is about (its ``kind`` in a report's findings)."""
-
-    PADDING = "tpu-padding"
-    """A dimension that XLA:TPU's tiles pad."""
-    PRECISION = "tpu-f32-matmul"
-    """float32 matmuls or convolutions on the MXU."""
-    COPY = "tpu-copy"
-    """Layout copies and transposes run as kernels of their own."""
-    HBM = "tpu-hbm"
-    """A program near or over one device's HBM, and its largest arrays."""
-    UNCOSTED = "tpu-uncosted"
-    """Custom calls or host transfers the cost model cannot cost."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Array:
     """An array of the compiled program as XLA:TPU lays it out: its shape, element type and tiles."""
@@ -126,40 +109,6 @@ class Array:
     @property
     def padded_bytes(self) -> int:
         return math.prod(self.padded_dims()) * self.item_bits // 8
-
-
-@dataclasses.dataclass(frozen=True)
-class TpuFinding:
-    """One thing to fix, read from a compiled TPU program (compiled, not run)."""
-
-    kind: TpuFindingKind
-    message: str
-    """What it is, with its figures, and what to do."""
-    cost_model_seconds: float | None
-    """The cost model's seconds apportioned to it (see the module docstring); None: no share of
-    the program's flops or bytes, or a program the cost model has no figure for."""
-    bytes: int = 0
-    """Padding bytes, bytes of the f32 matmuls' operands and results, bytes copied, the largest
-    arrays' bytes or the uncosted instructions' result bytes."""
-    flops: float = 0.0
-    """MXU work of the padding, or the f32 matmuls' flops."""
-    count: int = 1
-    """Arrays padded, matmuls, copies, arrays listed or instructions uncosted."""
-    op_name: str = ""
-    """HLO metadata ``op_name`` of its largest instruction (``aten__mm``)."""
-    source_file: str = ""
-    source_line: int = 0
-    detail: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
-    """Kind-specific figures (padding: ``size``, ``padded``, ``tile``, ``smaller``, ``larger``)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "kind": self.kind.value}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TpuFinding:
-        values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
-        values["kind"] = TpuFindingKind(values["kind"])
-        return cls(**values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,7 +281,7 @@ class _Reader:
         for (size, padded), entry in waste.items():
             nbytes, work, tile, where = entry["bytes"], entry["work"], entry["tile"], entry["where"]
             share = max(nbytes / total_bytes if total_bytes else 0.0, work / total_work if total_work else 0.0)
-            if share < MIN_PADDING_SHARE or not tile:
+            if not tile or (share < MIN_PADDING_SHARE and size < tile):
                 continue
             smaller = size // tile * tile
             parts = []
@@ -349,7 +298,7 @@ class _Reader:
                 "pad: pad the dimension (a vocabulary, hidden size or batch) to it, or fold a small dimension into "
                 "a larger one.",
                 self.cost(work, nbytes), bytes=nbytes, flops=work, count=entry["arrays"] + entry["matmuls"],
-                op_name=where.op_name, source_file=where.source_file, source_line=where.source_line,
+                instruction=where.name, op_name=where.op_name, source_file=where.source_file, source_line=where.source_line,
                 detail={"size": size, "padded": padded, "tile": tile, "smaller": smaller, "larger": padded},
             ))
         return found
@@ -358,7 +307,8 @@ class _Reader:
         groups: dict[str, list] = defaultdict(list)
         for instruction, extents, flops in self.matmuls():
             lhs, rhs = self.operand(instruction, 0), self.operand(instruction, 1)
-            if not any(a is not None and a.dtype in ("f32", "f64") for a in (lhs, rhs)):
+            # an f32 operand, or an f32 result of operands XLA:TPU already narrowed to bf16
+            if not any(a is not None and a.dtype in ("f32", "f64") for a in (lhs, rhs, instruction.arrays[0])):
                 continue
             match = _PRECISION.search(instruction.rest)
             levels = [p.strip().lower() for p in match.group("p").split(",")] if match else ["default"]
@@ -384,7 +334,7 @@ class _Reader:
                 "dtype=torch.bfloat16):` around the forward; xlabridge.autocast on XLA): half the bytes, one pass; "
                 "keep f32 only where a loss needs it.",
                 self.cost(flops, nbytes), bytes=nbytes, flops=flops, count=len(members),
-                op_name=where.op_name, source_file=where.source_file, source_line=where.source_line,
+                instruction=where.name, op_name=where.op_name, source_file=where.source_file, source_line=where.source_line,
                 detail={"precision": level, "passes": passes},
             ))
         return found
@@ -412,7 +362,7 @@ class _Reader:
             "matmul, `.contiguous()`): fold the permutation into the matmul (einsum, or weights stored in the "
             "layout they are used in) or keep one layout through the block.",
             self.cost(0.0, 2.0 * nbytes), bytes=nbytes, count=len(members),
-            op_name=where.op_name, source_file=where.source_file, source_line=where.source_line,
+            instruction=where.name, op_name=where.op_name, source_file=where.source_file, source_line=where.source_line,
             detail={"opcodes": names},
         )]
 
@@ -433,7 +383,7 @@ class _Reader:
             f"({share:.0%}); its largest arrays: {listed}. Shard them over more chips (SPMD, FSDPv2), lower the "
             "batch or sequence length, recompute activations (gradient checkpointing), or keep them in bf16.",
             None, bytes=sum(a.padded_bytes for _, a in largest), count=len(largest),
-            op_name=where.op_name, source_file=where.source_file, source_line=where.source_line,
+            instruction=where.name, op_name=where.op_name, source_file=where.source_file, source_line=where.source_line,
             detail={"hbm_bytes": self.hbm_bytes, "capacity_bytes": self.capacity_bytes,
                     "arrays": [a.padded_bytes for _, a in largest]},
         )]
@@ -467,7 +417,7 @@ class _Reader:
             TpuFindingKind.UNCOSTED,
             f"{listed}: {rest}. {fix}",
             None, bytes=nbytes, count=len(everything),
-            op_name=where.op_name, source_file=where.source_file, source_line=where.source_line,
+            instruction=where.name, op_name=where.op_name, source_file=where.source_file, source_line=where.source_line,
             detail={"targets": sorted(members)},
         )]
 
@@ -498,7 +448,23 @@ def _ranked(found: Iterable[TpuFinding]) -> list[TpuFinding]:
 
 
 def findings(result: TpuCompileResult) -> list[TpuFinding]:
-    """What to fix for the TPU in one compiled graph: padding, f32 matmuls, inserted copies, HBM
-    and what the cost model cannot cost, read from ``result``'s optimized HLO, costliest first by
-    the cost model (compiled for TPU, not run: ``result.label``)."""
-    return list(result.findings)
+    """What to fix for the TPU in one compiled graph, costliest by the cost model first.
+
+    Read from ``result``'s optimized HLO (``TpuCompileResult.hlo``, with its cost and HBM figures):
+    padding per dimension, float32 matmuls and convolutions, inserted layout copies, the largest
+    arrays of a program near or over HBM, and what the cost model cannot cost. A result read back
+    without its HLO (``from_dict`` of a report's event) gives the findings it was compiled with.
+    Every figure is compiled for TPU by libtpu, not run (``result.label``)::
+
+        result = tpu.compile_tensors(loss, "tpu:v5e")
+        for finding in tpu.findings(result):
+            print(finding.kind.value, finding.cost_model_seconds, finding.message)
+    """
+    if not result.hlo:
+        return list(result.findings)
+    memory = result.memory
+    return read_findings(
+        result.hlo, flops=result.flops, bytes_accessed=result.bytes_accessed,
+        cost_model_seconds=result.cost_model_seconds, hbm_bytes=memory.total_bytes if memory else None,
+        capacity_bytes=memory.capacity_bytes if memory else None,
+    )

@@ -8,12 +8,12 @@ figures are per device: XLA compiles one SPMD program that each device runs on i
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
 
 from xlabridge.tpu._chips import CHIPS
-from xlabridge.tpu._findings import TpuFinding
 
-__all__ = ["SCHEMA", "HbmUsage", "TpuCompileResult"]
+__all__ = ["SCHEMA", "HbmUsage", "TpuCompileResult", "TpuFinding", "TpuFindingKind"]
 
 SCHEMA = "xlabridge.tpu-compile/1"
 
@@ -25,6 +25,57 @@ COST_MODEL_NOTE = (
     "byte): for such a program the figure is the rest's, those -1s taken back out, and ``uncosted`` names "
     "what was left out; None where the cost model gave no figure"
 )
+
+
+class TpuFindingKind(str, enum.Enum):
+    """What a finding is about (its ``kind`` in a report's findings)."""
+
+    PADDING = "tpu-padding"
+    """A dimension that XLA:TPU's tiles pad."""
+    PRECISION = "tpu-f32-matmul"
+    """float32 matmuls or convolutions on the MXU."""
+    COPY = "tpu-copy"
+    """Layout copies and transposes run as kernels of their own."""
+    HBM = "tpu-hbm"
+    """A program near or over one device's HBM, and its largest arrays."""
+    UNCOSTED = "tpu-uncosted"
+    """Custom calls or host transfers the cost model cannot cost."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuFinding:
+    """One thing to fix, read from a compiled TPU program (compiled, not run)."""
+
+    kind: TpuFindingKind
+    message: str
+    """What it is, with its figures, and what to do."""
+    cost_model_seconds: float | None
+    """The cost model's seconds apportioned to it (see the module docstring); None: no share of
+    the program's flops or bytes, or a program the cost model has no figure for."""
+    bytes: int = 0
+    """Padding bytes, bytes of the f32 matmuls' operands and results, bytes copied, the largest
+    arrays' bytes or the uncosted instructions' result bytes."""
+    flops: float = 0.0
+    """MXU work of the padding, or the f32 matmuls' flops."""
+    count: int = 1
+    """Arrays padded, matmuls, copies, arrays listed or instructions uncosted."""
+    instruction: str = ""
+    """The HLO instruction of its largest instance (a fusion's, a matmul's, an array's name)."""
+    op_name: str = ""
+    """That instruction's HLO metadata ``op_name`` (``aten__mm``)."""
+    source_file: str = ""
+    source_line: int = 0
+    detail: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+    """Kind-specific figures (padding: ``size``, ``padded``, ``tile``, ``smaller``, ``larger``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "kind": self.kind.value}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TpuFinding:
+        values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
+        values["kind"] = TpuFindingKind(values["kind"])
+        return cls(**values)
 
 
 @dataclasses.dataclass(frozen=True)

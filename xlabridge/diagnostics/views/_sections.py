@@ -260,12 +260,9 @@ def _tpu(report: Report) -> Section | None:
         ["graph", "hash", "kernels", "HBM", "fits", "compile", "cost model", "HBM floor", "flops", "where"],
         rows, [10, 12, 7, 10, 4, 9, 10, 9, 8, 0],
     ))
-    uncosted = [g for g in view.graphs if g.uncosted]
-    if uncosted:
-        targets = sorted({t for g in uncosted for t in g.uncosted})
-        section.notes.append(
-            f"cost model *: the time of the rest of the program, without the custom calls XLA's cost model cannot "
-            f"cost ({', '.join(targets)}; in {plural(len(uncosted), 'graph')})")
+    if uncosted := sorted({t for g in view.graphs for t in g.uncosted}):
+        section.notes.append(f"cost model *: the time of the rest of the program, without the custom calls XLA's "
+                             f"cost model cannot cost ({', '.join(uncosted)})")
     sharded = [g for g in view.graphs if g.collectives]
     if sharded:
         section.tables.append(Table(
