@@ -246,12 +246,11 @@ class TpuCompiler:
         hlo = reply.get("hlo", "")
         cost = dict(reply.get("cost") or {})
         uncosted = tuple(uncosted_custom_calls(hlo)) if hlo else ()
-        if uncosted and (cost.get("optimal_seconds") or 0.0) < 0:
+        if uncosted:
             # the cost model counts each custom call it cannot cost as -1 (seconds, flops, bytes):
             # taken back out, the figures are those of the rest of the program
-            cost = {key: (value + len(uncosted) if value is not None else None) for key, value in cost.items()}
-        else:
-            uncosted = ()
+            cost.update({key: cost[key] + len(uncosted) for key in ("optimal_seconds", "flops", "bytes accessed")
+                         if cost.get(key) is not None})
         flops, bytes_accessed = _known(cost.get("flops")), _known(cost.get("bytes accessed"))
         seconds = _known(cost.get("optimal_seconds"))
         findings = _read_findings(hlo, flops, bytes_accessed, seconds, memory, name)

@@ -216,7 +216,7 @@ class _TpuBuilder:
                 source, line = found.get("source_file", ""), int(found.get("source_line") or 0)
                 # the line that traced the op, where it is the user's; else the graph's own line
                 if source and line and rule is not None and rule.is_user(source):
-                    place = (source, line, row.function if (source, line) == (row.filename, row.lineno) else "")
+                    place = (source, line, row.function if source == row.filename else "")
                 else:
                     place = (row.filename, row.lineno, row.function)
                 detail = found.get("detail") or {}
@@ -240,7 +240,7 @@ class _TpuBuilder:
                 cost=(f"the cost model's time of what it accounts for, summed over {len(rows)} program(s), one run "
                       "each" if cost is not None else "no figure of the cost model"),
                 count=sum(int(f.get("count") or 1) for _, f, _ in members),
-                filename=place[0], lineno=place[1], function=place[2] or UNKNOWN_NAME,
+                filename=place[0], lineno=place[1], function=place[2],
                 pid=rows[0].pids[0] if len({p for r in rows for p in r.pids}) == 1 and rows[0].pids else None,
                 compiled_for=view.label or f"compiled for TPU {view.generation}, not run",
                 cost_model_seconds=cost,
