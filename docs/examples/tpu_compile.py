@@ -15,6 +15,8 @@ with tpu.TpuCompiler("tpu:v5e") as compiler:  # one worker process, many compile
     result = compiler.compile_tensors([loss, *(p.grad for p in model.parameters())])
 print(result.label)
 print("kernels:", result.kernel_count, "| fits:", result.fits, "| HBM per device:", result.memory.total_bytes, "bytes")
+for finding in tpu.findings(result):  # what to fix for the TPU, costliest by the cost model first
+    print(finding.kind.value, "x", finding.count, "| cost model:", finding.cost_model_seconds, "s")
 
 
 def gelu(x):

@@ -65,3 +65,37 @@ def _projected(new, old):
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return [_projected(n, o) for n, o in zip(new, old)]
     return new
+
+
+TPU_RUN = Path(__file__).parent / "data" / "demo_tpu_run"
+"""``xlabridge report --tpu v5e:2x2 --events DIR -- python -m xlabridge.examples.demo`` with the TPU
+findings in its ``tpu_compiled`` events, and ``report-6169626.json.gz``: the JSON the xlabridge before
+them wrote from the same logs."""
+
+
+def test_demo_report_gains_the_tpu_findings_its_model_carries(tmp_path, capsys):
+    logs = tmp_path / "events"
+    logs.mkdir()
+    for packed in TPU_RUN.glob("events-*.jsonl.gz"):
+        with gzip.open(packed, "rb") as source, open(logs / packed.name[: -len(".gz")], "wb") as target:
+            shutil.copyfileobj(source, target)
+    out = tmp_path / "report.json"
+    assert cli.main(["report", "--read", str(logs), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    with gzip.open(TPU_RUN / "report-6169626.json.gz", "rt", encoding="utf-8") as before:
+        expected = json.load(before)
+    report = json.loads(out.read_text(encoding="utf-8"))
+    for key in expected.keys() - {"findings"}:
+        assert _projected(report[key], expected[key]) == expected[key], key
+    old = [(f["kind"], f["message"]) for f in expected["findings"]]
+    new = [(f["kind"], f["message"]) for f in report["findings"]]
+    assert new[: len(old)] == old  # what was measured first, as before
+    added = report["findings"][len(old):]
+    # the demo's model: width 64 and 31 tokens (padded by the tiles), f32 matmuls, int64 token ids
+    assert {"tpu-padding", "tpu-f32-matmul", "tpu-copy", "tpu-uncosted"} <= {f["kind"] for f in added}
+    assert all("not run" in f["compiled_for"] and f["cost_seconds"] is None for f in added)
+    assert all(f["filename"].endswith("xlabridge/examples/demo.py") and f["lineno"] > 0 for f in added)
+    sizes = {f["detail"]["size"] for row in report["tpu"]["graphs"] for f in row["findings"] if f["kind"] == "tpu-padding"}
+    assert 64 in sizes
+    assert text.index("Fix first:") < text.index("Fix first on TPU:") < text.index("Time:")
+    assert "a dimension of 64 pads to 128" in text and "float32 matmul" in text

@@ -146,8 +146,10 @@ def _job(job: dict[str, Any]) -> dict[str, Any]:
         executable = devices[0].client.compile(
             xc._xla.mlir.hlo_to_stablehlo(proto), xc.DeviceList(tuple(devices[:n])), options
         )
+        cost = executable.cost_analysis()
         return {"memory": _memory(executable.get_compiled_memory_stats()),
-                "proto": executable.hlo_modules()[0].as_serialized_hlo_module_proto(), "aliases": aliases}
+                "proto": executable.hlo_modules()[0].as_serialized_hlo_module_proto(), "aliases": aliases,
+                "cost": dict(cost[0] if isinstance(cost, list) else cost)}
     module, _, name = job["fn"].partition(":")
     fn = getattr(importlib.import_module(module), name)
     mesh_axes = job.get("mesh")

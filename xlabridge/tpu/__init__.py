@@ -5,7 +5,8 @@ topology on any machine, without TPU hardware. ``xlabridge.tpu`` compiles graphs
 worker process of its own (libtpu never loads in the calling process), and reports what the
 TPU compiler made of each: kernels, HBM per device and whether it fits, compile seconds, the
 cost model's figures and the optimized HLO, labelled "compiled for TPU <gen> by libtpu <ver>,
-not run"::
+not run", and what to fix for the TPU read from that compiled program (``findings``: padding,
+float32 matmuls, inserted copies, HBM, what the cost model cannot cost)::
 
     from xlabridge import tpu
 
@@ -15,6 +16,8 @@ not run"::
         result = compiler.compile_jax(fn, jax.ShapeDtypeStruct((8, 128), jnp.float32))
         result = compiler.compile_tensors(y, num_partitions=4)      # SPMD over 4 devices
     print(result.kernel_count, result.memory.total_bytes, result.fits, result.label)
+    for finding in tpu.findings(result):                      # costliest by the cost model first
+        print(finding.kind.value, finding.cost_model_seconds, finding.message)
 
     tpu.compile_tensors(loss, "tpu:v6e:2x4")                  # one-shot: a worker of its own
 
@@ -40,7 +43,8 @@ from xlabridge.tpu._compiler import (
     compile_stablehlo,
     compile_tensors,
 )
-from xlabridge.tpu._result import HbmUsage, TpuCompileResult
+from xlabridge.tpu._findings import findings
+from xlabridge.tpu._result import HbmUsage, TpuCompileResult, TpuFinding, TpuFindingKind
 from xlabridge.tpu._topology import KNOWN_TOPOLOGIES, Topology, resolve_target
 from xlabridge.tpu._view import Program, ProgramFormat, TpuRow, compile_program, compile_row, compile_rows
 
@@ -56,6 +60,8 @@ __all__ = [
     "TpuCompileError",
     "TpuCompileResult",
     "TpuCompiler",
+    "TpuFinding",
+    "TpuFindingKind",
     "TpuRow",
     "TpuWorkerError",
     "UnknownTopologyError",
@@ -68,5 +74,6 @@ __all__ = [
     "compile_rows",
     "compile_stablehlo",
     "compile_tensors",
+    "findings",
     "resolve_target",
 ]

@@ -40,7 +40,8 @@ from xlabridge import _env, _optional
 from xlabridge._upstream import torch_xla as upstream_xla
 from xlabridge.tpu._kernels import parse_kernels
 from xlabridge.errors import MissingDependencyError, TpuCompileError, TpuWorkerError, UnknownTopologyError
-from xlabridge.tpu import _worker
+from xlabridge.tpu import _findings, _worker
+from xlabridge.tpu._findings import uncosted_custom_calls
 from xlabridge.tpu._result import HbmUsage, TpuCompileResult
 from xlabridge.tpu._topology import KNOWN_TOPOLOGIES, Topology, resolve_target
 
@@ -243,7 +244,16 @@ class TpuCompiler:
         capacity = topo.chip.hbm_bytes // per_chip
         memory = HbmUsage(**reply["memory"], capacity_bytes=capacity) if status == _worker.OK else None
         hlo = reply.get("hlo", "")
-        cost = reply.get("cost") or {}
+        cost = dict(reply.get("cost") or {})
+        uncosted = tuple(uncosted_custom_calls(hlo)) if hlo else ()
+        if uncosted:
+            # the cost model counts each custom call it cannot cost as -1 (seconds, flops, bytes):
+            # taken back out, the figures are those of the rest of the program
+            cost.update({key: cost[key] + len(uncosted) for key in ("optimal_seconds", "flops", "bytes accessed")
+                         if cost.get(key) is not None})
+        flops, bytes_accessed = _known(cost.get("flops")), _known(cost.get("bytes accessed"))
+        seconds = _known(cost.get("optimal_seconds"))
+        findings = _read_findings(hlo, flops, bytes_accessed, seconds, memory, name)
         return TpuCompileResult(
             name=name,
             topology=topo.name,
@@ -257,11 +267,13 @@ class TpuCompiler:
             kernels=parse_kernels(hlo).kernels if hlo else (),
             memory=memory,
             out_of_memory=reply["message"] if status == _worker.OUT_OF_MEMORY else None,
-            flops=_known(cost.get("flops")),
+            flops=flops,
             transcendentals=_known(cost.get("transcendentals")),
-            bytes_accessed=_known(cost.get("bytes accessed")),
-            cost_model_seconds=_known(cost.get("optimal_seconds")),
+            bytes_accessed=bytes_accessed,
+            cost_model_seconds=seconds,
             hlo=hlo,
+            uncosted=uncosted,
+            findings=tuple(findings),
         )
 
     def _describe(self, topo: Topology) -> None:
@@ -392,6 +404,22 @@ class TpuCompiler:
             xla_message=said,
             graph_path=str(graph_path) if graph_path else None,
         )
+
+
+def _read_findings(hlo: str, flops: float | None, bytes_accessed: float | None, seconds: float | None,
+                   memory: HbmUsage | None, name: str) -> list[_findings.TpuFinding]:
+    """The findings of a compiled program; none, with a warning in the log, where reading them fails
+    (a program text this reader does not know must not cost the compile result)."""
+    if not hlo:
+        return []
+    try:
+        return _findings.read_findings(
+            hlo, flops=flops, bytes_accessed=bytes_accessed, cost_model_seconds=seconds,
+            hbm_bytes=memory.total_bytes if memory else None, capacity_bytes=memory.capacity_bytes if memory else None,
+        )
+    except Exception:  # noqa: BLE001 - a reader's failure leaves the result without findings
+        logger.warning("could not read the TPU findings of graph %r", name, exc_info=True)
+        return []
 
 
 def _known(value: float | None) -> float | None:

@@ -8,11 +8,12 @@ figures are per device: XLA compiles one SPMD program that each device runs on i
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
 
 from xlabridge.tpu._chips import CHIPS
 
-__all__ = ["SCHEMA", "HbmUsage", "TpuCompileResult"]
+__all__ = ["SCHEMA", "HbmUsage", "TpuCompileResult", "TpuFinding", "TpuFindingKind"]
 
 SCHEMA = "xlabridge.tpu-compile/1"
 
@@ -20,9 +21,61 @@ COST_MODEL_NOTE = (
     "XLA's cost-analysis figure (optimal_seconds): a sum over the program's operations at rates "
     "fixed inside libtpu; libtpu 0.0.23 gives the same value for v4, v5e, v5p and v6e (about "
     "317 GB/s and 23 TFLOP/s, not the chip's), so it ranks graphs but does not predict a step "
-    "time; None where the program holds an operation the cost model cannot cost (it counts each "
-    "such custom call as -1 s)"
+    "time. It counts each custom call of the program's entry it cannot cost as -1 s (and -1 flop, -1 "
+    "byte): for such a program the figure is the rest's, those -1s taken back out, and ``uncosted`` names "
+    "what was left out; None where the cost model gave no figure"
 )
+
+
+class TpuFindingKind(str, enum.Enum):
+    """What a finding is about (its ``kind`` in a report's findings)."""
+
+    PADDING = "tpu-padding"
+    """A dimension that XLA:TPU's tiles pad."""
+    PRECISION = "tpu-f32-matmul"
+    """float32 matmuls or convolutions on the MXU."""
+    COPY = "tpu-copy"
+    """Layout copies and transposes run as kernels of their own."""
+    HBM = "tpu-hbm"
+    """A program near or over one device's HBM, and its largest arrays."""
+    UNCOSTED = "tpu-uncosted"
+    """Custom calls or host transfers the cost model cannot cost."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuFinding:
+    """One thing to fix, read from a compiled TPU program (compiled, not run)."""
+
+    kind: TpuFindingKind
+    message: str
+    """What it is, with its figures, and what to do."""
+    cost_model_seconds: float | None
+    """The cost model's seconds apportioned to it (see the module docstring); None: no share of
+    the program's flops or bytes, or a program the cost model has no figure for."""
+    bytes: int = 0
+    """Padding bytes, bytes of the f32 matmuls' operands and results, bytes copied, the largest
+    arrays' bytes or the uncosted instructions' result bytes."""
+    flops: float = 0.0
+    """MXU work of the padding, or the f32 matmuls' flops."""
+    count: int = 1
+    """Arrays padded, matmuls, copies, arrays listed or instructions uncosted."""
+    instruction: str = ""
+    """The HLO instruction of its largest instance (a fusion's, a matmul's, an array's name)."""
+    op_name: str = ""
+    """That instruction's HLO metadata ``op_name`` (``aten__mm``)."""
+    source_file: str = ""
+    source_line: int = 0
+    detail: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+    """Kind-specific figures (padding: ``size``, ``padded``, ``tile``, ``smaller``, ``larger``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "kind": self.kind.value}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TpuFinding:
+        values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
+        values["kind"] = TpuFindingKind(values["kind"])
+        return cls(**values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +144,10 @@ class TpuCompileResult:
     """See ``COST_MODEL_NOTE``."""
     hlo: str
     """The optimized TPU HLO module text (empty when XLA ran out of HBM)."""
+    uncosted: tuple[str, ...] = ()
+    """Custom calls the cost model could not cost (one target per call), left out of the cost figures."""
+    findings: tuple[TpuFinding, ...] = ()
+    """What to fix for the TPU, read from ``hlo`` (``xlabridge.tpu.findings``), costliest first."""
 
     @property
     def kernel_count(self) -> int:
@@ -129,6 +186,8 @@ class TpuCompileResult:
         """A JSON-friendly dict (``from_dict`` reads it back)."""
         data = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         data["kernels"] = list(self.kernels)
+        data["uncosted"] = list(self.uncosted)
+        data["findings"] = [f.to_dict() for f in self.findings]
         data["memory"] = self.memory.to_dict() if self.memory is not None else None
         return {
             "schema": SCHEMA,
@@ -143,7 +202,11 @@ class TpuCompileResult:
     def from_dict(cls, data: dict[str, Any]) -> TpuCompileResult:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a TPU compile result of schema {SCHEMA!r}: schema {data.get('schema')!r}")
-        values = {field.name: data[field.name] for field in dataclasses.fields(cls)}
+        defaults = {"uncosted": [], "findings": []}  # absent from results written before they were read
+        values = {field.name: data[field.name] if field.name in data else defaults[field.name]
+                  for field in dataclasses.fields(cls)}
         values["kernels"] = tuple(values["kernels"])
+        values["uncosted"] = tuple(values["uncosted"])
+        values["findings"] = tuple(TpuFinding.from_dict(f) for f in values["findings"])
         values["memory"] = HbmUsage.from_dict(values["memory"]) if values["memory"] is not None else None
         return cls(**values)

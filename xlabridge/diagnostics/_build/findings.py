@@ -11,6 +11,9 @@ Run when every row of a report is built, from the rows alone:
   (the host work and transfers around them are inside that time);
 * a **collective split** (TorchTPU compiles a collective as a program of its own) costs what XLA
   cannot fuse or overlap across the cut, which a compile-only view cannot time: no cost;
+* findings read from compiled TPU programs (padding, f32 matmuls, copies, HBM: ``compiled_for``)
+  carry the cost model's seconds, not a cost in this run: they rank after the measured findings,
+  by those seconds;
 * findings that are not about time (a graph that does not fit a TPU, a probe that cannot see)
   carry no cost and rank after those that do, in the order found.
 
@@ -162,6 +165,15 @@ def rank(report: Report) -> None:
 
 
 def ranked(findings: Sequence[Finding]) -> list[Finding]:
-    """Costliest first; findings without a cost in time after, in their order."""
+    """Costliest in this run first; then the findings read from compiled TPU programs, costliest by
+    the cost model first; then the findings without a cost, in their order."""
     order = {id(f): i for i, f in enumerate(findings)}
-    return sorted(findings, key=lambda f: (f.cost_seconds is None, -(f.cost_seconds or 0.0), order[id(f)]))
+
+    def key(f: Finding) -> tuple:
+        if f.cost_seconds is not None:
+            return (0, -f.cost_seconds, order[id(f)])
+        if f.compiled_for:
+            return (1, f.cost_model_seconds is None, -(f.cost_model_seconds or 0.0), order[id(f)])
+        return (2, order[id(f)])
+
+    return sorted(findings, key=key)

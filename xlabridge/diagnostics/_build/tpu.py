@@ -3,11 +3,15 @@ compiled it, after the run) joined to the run's XLA graphs by hash, and to the p
 Dynamo graphs of other backends (``fx_program``: lowered by torchax) the same way, with each
 graph's user line; the ops of those graphs with no TPU lowering (``TPU_CAUSES``), the smallest
 slice that fits each training step (``tpu_slice``), and the findings for graphs that do not fit,
-that XLA:TPU refuses or that do not lower."""
+that XLA:TPU refuses or that do not lower; and the findings read from each compiled program
+(padding, f32 matmuls, copies, HBM, what the cost model cannot cost: ``xlabridge.tpu.TpuFinding``),
+grouped across programs at the user's line."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from xlabridge.diagnostics._build import causes
 from xlabridge.diagnostics import events as ev
@@ -52,6 +56,7 @@ class _TpuBuilder:
         self.compiled = [e for e in events if isinstance(e, ev.TpuCompiled)]
         self.slices = [e for e in events if isinstance(e, ev.TpuSlice)]
         # the programs of Dynamo graphs no XLA front end compiled, by hash, and those that have none
+        self.rules = {events[0].pid: rule for events, rule in processes if events}
         self.programs: dict[str, tuple[ev.FxProgram, UserCodeRule]] = {}
         self.unlowered: list[tuple[ev.FxProgram, UserCodeRule]] = []
         for process_events, rule in processes:
@@ -140,6 +145,8 @@ class _TpuBuilder:
         for name in ("compile_seconds", "flops", "bytes_accessed", "cost_model_seconds", "hbm_seconds",
                      "devices", "chips"):
             setattr(row, name, result.get(name))
+        row.uncosted = list(result.get("uncosted", []))
+        row.findings = [dict(f) for f in result.get("findings", [])]
         return row
 
     def _unlowered(self, view: TpuView) -> None:
@@ -193,7 +200,62 @@ class _TpuBuilder:
         run = next((r for r in self.report.run_graphs if r.hash == digest and r.lineno), None)
         return (run.filename, run.lineno, run.function) if run else (UNKNOWN_NAME, 0, UNKNOWN_NAME)
 
+    def _rule(self, row: TpuGraph) -> UserCodeRule | None:
+        program = self.programs.get(row.hash)
+        if program is not None:
+            return program[1]
+        return next((self.rules[pid] for pid in row.pids if pid in self.rules), None)
+
+    def _read_findings(self, view: TpuView) -> None:
+        """The findings read from the compiled programs, one per kind, what it is about (a dimension's
+        size, a precision, custom calls) and user line, summed over the programs that have it."""
+        groups: dict[tuple, list[tuple[TpuGraph, dict[str, Any], tuple[str, int, str]]]] = defaultdict(list)
+        for row in view.graphs:
+            rule = self._rule(row)
+            for found in row.findings:
+                source, line = found.get("source_file", ""), int(found.get("source_line") or 0)
+                # the line that traced the op, where it is the user's; else the graph's own line
+                if source and line and rule is not None and rule.is_user(source):
+                    place = (source, line, row.function if source == row.filename else "")
+                else:
+                    place = (row.filename, row.lineno, row.function)
+                detail = found.get("detail") or {}
+                about = {"tpu-padding": (detail.get("size"), detail.get("padded")),
+                         "tpu-f32-matmul": detail.get("precision"), "tpu-hbm": row.hash,
+                         "tpu-uncosted": tuple(detail.get("targets", ()))}.get(found.get("kind"))
+                groups[(found.get("kind"), repr(about), place)].append((row, found, place))
+        for (kind, _, place), members in groups.items():
+            costs = [f.get("cost_model_seconds") for _, f, _ in members if f.get("cost_model_seconds") is not None]
+            row, first, _ = max(members, key=lambda m: m[1].get("cost_model_seconds") or 0.0)
+            rows = list({id(r): r for r, _, _ in members}.values())
+            graphs = ", ".join(self._which(r) for r in rows[:3]) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
+            message = first.get("message", "")
+            if len(rows) > 1:
+                message += f" Found in {len(rows)} TPU programs ({graphs}); figures of the costliest."
+            else:
+                message += f" In {graphs}."
+            cost = sum(costs) if costs else None
+            self.report.findings.append(Finding(
+                str(kind), message, graph=row.xla_graphs[0] if row.xla_graphs else None,
+                cost=(f"the cost model's time of what it accounts for, summed over {len(rows)} program(s), one run "
+                      "each" if cost is not None else "no figure of the cost model"),
+                count=sum(int(f.get("count") or 1) for _, f, _ in members),
+                filename=place[0], lineno=place[1], function=place[2],
+                pid=rows[0].pids[0] if len({p for r in rows for p in r.pids}) == 1 and rows[0].pids else None,
+                compiled_for=view.label or f"compiled for TPU {view.generation}, not run",
+                cost_model_seconds=cost,
+            ))
+
+    @staticmethod
+    def _which(row: TpuGraph) -> str:
+        if row.route == "torchax":
+            return f"the {row.role} of Dynamo graph {row.compile_id} ({row.backend})"
+        if row.xla_graphs:
+            return f"XLA graph {row.hash[:12]} (FX graph {', '.join(map(str, row.xla_graphs))})"
+        return f"lazy XLA graph {row.hash[:12]}"
+
     def _findings(self, view: TpuView) -> None:
+        self._read_findings(view)
         for found in view.breaks:
             self.report.findings.append(Finding(
                 "tpu-lowering-break",

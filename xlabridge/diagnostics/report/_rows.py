@@ -214,7 +214,8 @@ class Finding:
                        "``probe``, ``cache``, "
                        "``compiled-before-observation``, ``tpu-does-not-fit``, ``tpu-refused``, "
                        "``avoidable-collective``, ``divergence``, ``uneven-compile``, ``stall``, ``process-ended``, ``compile-failure`` (a frame Dynamo gave "
-                       "up on, read from a trace)")
+                       "up on, read from a trace); read from compiled TPU programs (``compiled_for``): ``tpu-padding``, "
+                       "``tpu-f32-matmul``, ``tpu-copy``, ``tpu-hbm``, ``tpu-uncosted``")
     message: str = _field("what it means and what to do")
     graph: int | None = _field("``XlaGraph.index`` it is about, if any", None)
     cost_seconds: float | None = _field(
@@ -229,6 +230,12 @@ class Finding:
     lineno: int = _field("line", 0)
     function: str = _field("function", UNKNOWN_NAME)
     pid: int | None = _field("process it was seen in (null: several or the run as a whole)", None)
+    compiled_for: str = _field("for a finding read from compiled TPU programs, not measured: what compiled them "
+                               "(\"compiled for TPU v5e (v5e:2x2) by libtpu 0.0.23, not run\"); such findings rank "
+                               "after the measured ones, by ``cost_model_seconds``", "")
+    cost_model_seconds: float | None = _field(
+        "for a finding read from compiled TPU programs: XLA's cost-model seconds apportioned to it, summed over its "
+        "programs (one run each; a ranking, not a time measured on a TPU); null: none", None)
 
 
 @dataclasses.dataclass

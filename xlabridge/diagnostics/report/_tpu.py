@@ -39,6 +39,13 @@ class TpuGraph:
     cost_model_seconds: float | None = _field(
         "XLA's cost-model estimate (``optimal_seconds``; see ``xlabridge.tpu._result.COST_MODEL_NOTE``)", None)
     hbm_seconds: float | None = _field("``bytes_accessed`` at the chip's HBM bandwidth: a floor, not a prediction", None)
+    uncosted: list[str] = _field("custom calls the cost model cannot cost, one target per call: the cost figures are "
+                                 "the rest of the program's", factory=list)
+    findings: list[dict[str, Any]] = _field(
+        "what to fix for the TPU read from this compiled program (``xlabridge.tpu.TpuFinding.to_dict()``: ``kind``, "
+        "``message``, ``cost_model_seconds``, ``bytes``, ``flops``, ``count``, ``op_name``, ``source_file``, "
+        "``source_line``, ``detail``), costliest first; the report's findings group them across programs",
+        factory=list)
     devices: int | None = _field("devices of the compiled program", None)
     chips: int | None = _field("chips they sit on", None)
     collectives: list[dict[str, Any]] = _field(

@@ -34,13 +34,14 @@ code, .where { font-family: ui-monospace, monospace; font-size: .92em; }
         background: #fbfcfd; }
 .card h2 { margin-top: .7em; }
 #summary { border-color: #e15759; border-width: 2px; background: #fffafa; }
-#summary table { width: 100%; }
-#summary td.rank { font-weight: 700; font-size: 1.1em; text-align: center; width: 1.5em; }
-#summary td.cost { width: 16em; }
-#summary td.fix { width: 40%; }
-#summary .what { font-weight: 600; }
-#summary .costline { white-space: nowrap; font-weight: 600; }
-#summary .adds { font-size: .88em; color: #4a5661; }
+#tpu-summary { border-color: #4e79a7; border-width: 2px; background: #f7fafd; }
+#summary table, #tpu-summary table { width: 100%; }
+#summary td.rank, #tpu-summary td.rank { font-weight: 700; font-size: 1.1em; text-align: center; width: 1.5em; }
+#summary td.cost, #tpu-summary td.cost { width: 16em; }
+#summary td.fix, #tpu-summary td.fix { width: 40%; }
+#summary .what, #tpu-summary .what { font-weight: 600; }
+#summary .costline, #tpu-summary .costline { white-space: nowrap; font-weight: 600; }
+#summary .adds, #tpu-summary .adds { font-size: .88em; color: #4a5661; }
 .meter { display: block; height: 6px; background: #eef2f5; border-radius: 3px; margin: .3em 0 .2em; }
 .meter span { display: block; height: 6px; background: #e15759; border-radius: 3px; }
 .codes { font-family: ui-monospace, monospace; font-size: .9em; }
@@ -111,13 +112,13 @@ def _section(section: Section) -> list[str]:
         return [f"<h1>{html.escape(section.title)}</h1>", f'<p class="env">{html.escape(section.summary)}</p>']
     if section.key == "empty":
         return [f'<p class="empty">{html.escape(note)}</p>' for note in section.notes]
-    card = section.key in ("summary", "time", "timeline")
+    card = section.key in ("summary", "tpu-summary", "time", "timeline")
     out = [f'<section id="{html.escape(section.key)}"' + (' class="card">' if card else ">")]
     out.append(f"<h2>{html.escape(section.title)}</h2>")
     if section.summary:
         out.append(f"<p>{html.escape(section.summary)}</p>")
     if section.items:
-        out.append(_summary(section.items))
+        out.append(_summary(section.items, "cost model (not run)" if section.key == "tpu-summary" else "cost in this run"))
     for title, parts in section.bars.items():
         out.append(_share_bar(title, parts))
     for timeline in section.timelines:
@@ -138,7 +139,7 @@ def _section(section: Section) -> list[str]:
     return out
 
 
-def _summary(items: list[Ranked]) -> str:
+def _summary(items: list[Ranked], cost_heading: str) -> str:
     """The ranked findings: rank, where, what, cost with a meter of its share, torch's code, the fix."""
     rows = []
     for item in items:
@@ -159,7 +160,8 @@ def _summary(items: list[Ranked]) -> str:
             f'<td class="cost"><span class="costline">{html.escape(item.cost)}</span>{meter}{cost_words}</td>'
             f'<td class="codes">{code}</td><td class="fix">{html.escape(item.message)}</td></tr>'
         )
-    return ('<table class="ranked"><thead><tr><th>#</th><th>where</th><th>cost in this run</th>'
+    return ('<table class="ranked"><thead><tr><th>#</th><th>where</th>'
+            f'<th>{html.escape(cost_heading)}</th>'
             f'<th>torch</th><th>what to do</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 

@@ -54,6 +54,8 @@ class Ranked:
     code: str
     url: str
     message: str
+    compiled: bool = False
+    """Read from compiled TPU programs: ``cost`` is the cost model's seconds, not a cost in this run."""
 
 
 @dataclasses.dataclass

@@ -134,6 +134,11 @@ _KIND_NOUNS = {
     "uneven-compile": ("uneven compile", "uneven compiles"),
     "tpu-does-not-fit": ("graph too big for one TPU device", "graphs too big for one TPU device"),
     "tpu-refused": ("graph XLA:TPU refused", "graphs XLA:TPU refused"),
+    "tpu-padding": ("padded array or matmul", "padded arrays and matmuls"),
+    "tpu-f32-matmul": ("float32 matmul", "float32 matmuls"),
+    "tpu-copy": ("layout copy", "layout copies"),
+    "tpu-hbm": ("large array near HBM", "large arrays near HBM"),
+    "tpu-uncosted": ("instruction the cost model cannot cost", "instructions the cost model cannot cost"),
     "stall": ("stall", "stalls"),
     "process-ended": ("process that did not end normally", "processes that did not end normally"),
     "compile-skipped": ("request to compile that Dynamo skips", "requests to compile that Dynamo skips"),
@@ -167,7 +172,11 @@ def ranked(report: Report) -> list[Ranked]:
     out = []
     for finding in (f for f in report.findings if f.kind != "probe"):
         wall = _wall_of(report, finding.pid)
-        if finding.cost_seconds is None:
+        compiled = bool(finding.compiled_for) and finding.cost_seconds is None
+        if compiled:
+            cost, share = (f"{seconds(finding.cost_model_seconds)} by the cost model" if finding.cost_model_seconds
+                           is not None else "no cost-model figure"), None
+        elif finding.cost_seconds is None:
             cost, share = "no cost in time", None
         else:
             share = finding.cost_seconds / wall if wall > 0 else None
@@ -176,17 +185,20 @@ def ranked(report: Report) -> list[Ranked]:
         if finding.filename and not finding.filename.startswith("<"):  # its place as the views write it
             message = message.replace(finding.filename, short_path(finding.filename))
         out.append(Ranked(len(out) + 1, _place(report, finding), _what(finding), cost, share, finding.cost, finding.code,
-                          finding.url, message))
+                          finding.url, message, compiled))
     return out
 
 
 def summary(report: Report) -> Section | None:
-    """"Fix first": the first ``FIX_FIRST`` findings with a cost in time (the first findings when none has one)."""
-    items = ranked(report)
+    """"Fix first": the first ``FIX_FIRST`` findings with a cost in time (the first findings when none has one),
+    apart from those read from compiled TPU programs (``tpu_summary``)."""
+    everything = ranked(report)
+    items = [i for i in everything if not i.compiled]
     if not items:
-        if not report.time:
+        if not report.time and not everything:
             return None
-        return Section("summary", "Fix first", summary="nothing found to fix in this run")
+        return Section("summary", "Fix first", summary="nothing found to fix in this run" if not everything else
+                       "nothing measured to fix in this run; what the compiled TPU programs show follows")
     costly = [i for i in items[:FIX_FIRST] if i.share is not None]
     total = sum(f.cost_seconds or 0.0 for f in report.findings if f.kind != "probe")
     walls = sum(t.wall for t in report.time)
@@ -194,6 +206,18 @@ def summary(report: Report) -> Section | None:
     if total and walls:
         line += f"; together {seconds(total)} of {seconds(walls)} (they may overlap)"
     return Section("summary", "Fix first", summary=line, items=(costly or items)[:FIX_FIRST])
+
+
+def tpu_summary(report: Report) -> Section | None:
+    """"Fix first on TPU": the first ``FIX_FIRST`` findings read from the compiled TPU programs, costliest by
+    XLA's cost model first, below what was measured, labelled with what compiled them."""
+    items = [i for i in ranked(report) if i.compiled]
+    if not items:
+        return None
+    label = next((f.compiled_for for f in report.findings if f.compiled_for), "")
+    line = (f"{plural(len(items), 'finding')} read from the TPU programs {label}; costliest by XLA's cost model "
+            "first (its seconds for one run of each program, not a measured time)")
+    return Section("tpu-summary", "Fix first on TPU", summary=line, items=items[:FIX_FIRST])
 
 
 def timeline(report: Report) -> Section | None:

@@ -257,7 +257,8 @@ def _tpu(report: Report) -> Section | None:
             continue
         rows.append([
             _tpu_graph_label(g), g.hash[:12], str(g.kernels) if g.kernels is not None else "-", size(g.hbm_bytes),
-            "yes" if g.fits else "NO", seconds(g.compile_seconds), seconds(g.cost_model_seconds),
+            "yes" if g.fits else "NO", seconds(g.compile_seconds),
+            seconds(g.cost_model_seconds) + ("*" if g.uncosted and g.cost_model_seconds is not None else ""),
             seconds(g.hbm_seconds), count(g.flops), where(g.filename, g.lineno, g.function),
         ])
     if not rows:
@@ -267,6 +268,9 @@ def _tpu(report: Report) -> Section | None:
         ["graph", "hash", "kernels", "HBM", "fits", "compile", "cost model", "HBM floor", "flops", "where"],
         rows, [10, 12, 7, 10, 4, 9, 10, 9, 8, 0],
     ))
+    if uncosted := sorted({t for g in view.graphs for t in g.uncosted}):
+        section.notes.append(f"cost model *: the time of the rest of the program, without the custom calls XLA's "
+                             f"cost model cannot cost ({', '.join(uncosted)})")
     sharded = [g for g in view.graphs if g.collectives]
     if sharded:
         section.tables.append(Table(
@@ -381,15 +385,15 @@ def build(report: Report) -> list[Section]:
     """The sections of ``report``, in the order both views show them: the ranked findings and
     where the time went first, then the tables."""
     out = [Section("environment", "xlabridge report", summary=environment_line(report))]
-    summary = overview.summary(report)
-    out += [s for s in (summary, overview.time(report), overview.timeline(report)) if s is not None]
+    summary, tpu_summary = overview.summary(report), overview.tpu_summary(report)
+    out += [s for s in (summary, tpu_summary, overview.time(report), overview.timeline(report)) if s is not None]
     if not _observed(report) and not report.run_graphs:
         out.append(Section("empty", "", notes=["no graphs observed"]))
     elif _observed(report):
         out += [_dynamo(report), _hlo(report)]
     out += [s for s in (_pod.run_graphs(report), _pod.collectives(report), _pod.processes(report),
                         _recompiles(report), _tpu(report)) if s is not None]
-    shown = {item.rank for item in summary.items} if summary is not None else set()
+    shown = {item.rank for section in (summary, tpu_summary) if section is not None for item in section.items}
     rest = [item for item in ranked(report) if item.rank not in shown]
     if rest:
         out.append(Section("findings", "Findings" if not shown else "Other findings",
@@ -400,6 +404,6 @@ def build(report: Report) -> list[Section]:
 
 
 def _finding_note(item: Ranked) -> str:
-    cost = f" ({item.cost})" if item.share is not None else ""
+    cost = f" ({item.cost})" if item.share is not None or item.compiled else ""
     code = f" [{item.code}]" if item.code else ""
     return f"{item.where}: {item.what}{cost}{code}: {item.message}"

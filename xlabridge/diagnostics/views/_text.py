@@ -79,7 +79,7 @@ def _ranked(item: Ranked) -> list[str]:
     """``1. demo.py:39 (forward): 4 recompiles, 1.30 s of 13.48 s (10%): what that adds up``,
     then torch's code and page, then what to do, indented under it."""
     head = f"{item.rank}. {item.where}: {item.what}, {item.cost}"
-    if item.cost_words and item.share is not None:
+    if item.cost_words and (item.share is not None or item.compiled):
         head += f": {item.cost_words}"
     lines = _wrap(head, indent="  ", subsequent="       ")
     if item.code or item.url:

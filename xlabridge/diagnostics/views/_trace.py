@@ -2,6 +2,10 @@
 ``chrome://tracing`` open: one process per pid, one thread per kind of span (more where spans
 of a kind overlap, so that every span shows), a complete event (``"ph": "X"``) per span.
 
+The findings read from compiled TPU programs (``compiled_for``) are a process of their own, named
+with what compiled them: one slice per finding, laid end to end in the cost model's seconds (not a
+time measured on a TPU), costliest first; a finding without a cost-model figure is an instant.
+
 The format is the Trace Event Format's JSON object form: ``{"traceEvents": [...]}`` with
 ``ts`` and ``dur`` in microseconds; metadata events (``"ph": "M"``) name the processes and
 threads and order the threads as the HTML timeline's lanes.
@@ -14,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xlabridge.diagnostics.report import Span, SpanKind
+from xlabridge.diagnostics.views._model import where
 from xlabridge.diagnostics.views._overview import process_name
 
 if TYPE_CHECKING:
@@ -83,11 +88,38 @@ def trace_events(report: Report) -> dict[str, Any]:
                     "tid": 1 + order[kind] * _TRACKS + min(track, _TRACKS - 1),
                     "args": {"graph": span.graph, "calls": span.calls, "seconds": span.seconds},
                 })
+    _tpu_findings(report, metadata, complete)
     return {
         "traceEvents": metadata + sorted(complete, key=lambda e: (e["pid"], e["tid"], e["ts"])),
         "displayTimeUnit": "ms",
         "otherData": {"source": "xlabridge report", "clock": "seconds from each process's observation start"},
     }
+
+
+def _tpu_findings(report: Report, metadata: list[dict[str, Any]], complete: list[dict[str, Any]]) -> None:
+    """The findings read from compiled TPU programs as a process of their own (see the module docstring)."""
+    found = [f for f in report.findings if f.compiled_for and f.cost_seconds is None]
+    if not found:
+        return
+    pid = max((span.pid for span in report.timeline), default=0) + 1
+    metadata.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                     "args": {"name": f"xlabridge: TPU findings, {found[0].compiled_for} (cost model seconds)"}})
+    metadata.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+    metadata.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "cost model"}})
+    at = 0.0
+    for finding in found:
+        event = {
+            "name": f"{finding.kind}: {where(finding.filename, finding.lineno, finding.function)}",
+            "cat": finding.kind, "pid": pid, "tid": 1, "ts": at * _MICROSECONDS,
+            "args": {"message": finding.message, "compiled_for": finding.compiled_for,
+                     "cost_model_seconds": finding.cost_model_seconds, "count": finding.count},
+        }
+        if finding.cost_model_seconds:
+            event.update({"ph": "X", "dur": finding.cost_model_seconds * _MICROSECONDS})
+            at += finding.cost_model_seconds
+        else:
+            event.update({"ph": "i", "s": "t"})
+        complete.append(event)
 
 
 def write(report: Report, path: Path) -> Path:
