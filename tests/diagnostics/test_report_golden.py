@@ -59,7 +59,8 @@ def _projected(new, old):
     the old report could not place (``<unknown>``) may have a line now (schema /4 places them)."""
     if isinstance(old, dict) and isinstance(new, dict):
         projected = {key: _projected(new.get(key), value) for key, value in old.items()}
-        if old.get("filename") == "<unknown>" and new.get("lineno", 0) > 0:
+        # a place found since, or none written as empty rather than as a placeholder
+        if old.get("filename") == "<unknown>" and (new.get("lineno", 0) > 0 or new.get("filename") == ""):
             projected.update({key: old[key] for key in _PLACE})
         return projected
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
