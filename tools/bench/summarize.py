@@ -481,33 +481,80 @@ def _mx4_cast(data: dict) -> list[str]:
 
 
 def _mx4_linear(data: dict) -> list[str]:
-    by_shape: dict[str, dict[int, float]] = {}
+    copy = data.get("copy_GBps")
+    gemlite: dict[tuple, dict] = {}
+    for r in (data.get("gemlite") or {}).get("rows", []):
+        if "ms" in r:
+            gemlite[(r["shape"], r["tokens"], r["path"])] = r
+    rows = []
     for r in data["rows"]:
-        by_shape.setdefault(r["shape"], {})[r["tokens"]] = r["speedup"]
-    tokens = sorted({t for row in by_shape.values() for t in row})
-    rows = [[shape, *(_x(row.get(t)) for t in tokens)] for shape, row in by_shape.items()]
+        dense = r.get("bf16_linear_ms", r.get("bf16_bmm_ms"))
+        g_mx, g_int = gemlite.get((r["shape"], r["tokens"], "mxfp4")), gemlite.get((r["shape"], r["tokens"], "int4 g32"))
+        shape = r["shape"] + (f" ({r['experts_read']} experts × {r['rows_per_expert']} rows)" if "experts_read" in r else "")
+        error = f"{r['max_error_ulps']:.1f}"
+        if "bf16_max_error_ulps" in r:
+            error += f" / {r['bf16_max_error_ulps']:.1f}"
+        if r.get("within_bound") is False:
+            error += " ✗"
+        rows.append([shape, r["tokens"], _time(r["fused_ms"]), _time(dense), _x(r["speedup"]),
+                     "-" if r.get("weight_read_share") is None else f"{r['weight_read_share']:.2f}",
+                     {"fused kernel": "fused", "dequantize + matmul": "dequantize"}.get(r.get("path"), "-"),
+                     _gemlite(g_mx), _gemlite(g_int), error])
+    skipped = (data.get("gemlite") or {}).get("error")
     return [
         f"Ran on an {data['device']}; torch {data['torch']}, Triton {data['triton']}; xlabridge at {data['commit']}. "
-        "Time of `torch.nn.functional.linear` on the bf16 dequantized weight over the fused MXFP4 linear's (the "
-        "weight read as MXFP4 bytes, 0.53 bytes per parameter), each reading its weight from HBM (copies rotated "
-        "past L2), in one run; results checked against dequantize-then-linear.",
+        "The MXFP4 linear (the weight read as MXFP4 bytes, 0.53 bytes per parameter, by the fused kernel or, where "
+        "the first call's timing found it faster, dequantized and multiplied) against `torch.nn.functional.linear` "
+        "(`torch.bmm` for the experts) on the bf16 dequantized weight, each reading its weight from HBM (copies "
+        "rotated past L2), in one run"
+        + (f"; a 1 GiB device copy ran at {copy:.0f} GB/s in the same run, and \"share\" is the MXFP4 weight's "
+           "bytes over the time as a share of it" if copy else "")
+        + ". gemlite's MXFP4 and int4 (32-element groups) paths timed the same way in the same run, for as long as "
+        "the run gave them (\"-\": not reached)"
+        + (f" (not run: {skipped})" if skipped else "")
+        + "; ✗ marks a result outside the tests' error bound (a bf16 rounding of each output plus 2^-16 of the "
+        "largest), for gemlite's int4 path against the float64 product of the weight as its inputs define it. "
+        "Error: the largest distance from the float64 product, in bf16 ulps of each output, MXFP4 / bf16 `linear` "
+        "(outputs near zero, left by cancellation, give the large figures, to both alike).",
         "",
-        *_table(["shape \\ tokens", *(str(t) for t in tokens)], rows),
+        *_table(["shape", "tokens", "MXFP4", "bf16", "speed-up", "share", "path", "gemlite MXFP4", "gemlite int4",
+                 "error (ulps)"], rows),
     ]
+
+
+def _gemlite(row: dict | None) -> str:
+    if not row:
+        return "-"
+    return _time(row["ms"]) + (" ✗" if row.get("within_bound") is False else "")
 
 
 def _mx4_sweep(data: dict) -> list[str]:
     best = []
     for r in data["linear"]:
-        fastest = min(r["configs"], key=lambda c: c["ms"]) if r["configs"] else None
+        timed = [c for c in r["configs"] if "ms" in c]
+        fastest = min(timed, key=lambda c: c["ms"]) if timed else None
         if fastest:
             best.append([r["shape"], r["tokens"], f"`{fastest['config']}`", _time(fastest["ms"]), _x(r["bf16_ms"] / fastest["ms"])])
     return [
         f"Ran on an {data['device']}; Triton {data['triton']}; xlabridge at {data['commit']} ({data['note']}). The "
         "fastest of the swept configurations of the fused linear per shape (mode, BN, BK, warps, stages, programs "
-        "per SM) and its speed-up over bf16 in the same run:",
+        "per SM, and, where recorded, the steps ahead that the scale bytes are prefetched) and its speed-up over bf16 "
+        "in the same run:",
         "",
         *_table(["shape", "tokens", "config", "time", "vs bf16"], best),
+        *_mx4_probe(data.get("probe")),
+    ]
+
+
+def _mx4_probe(probe: dict | None) -> list[str]:
+    if not probe:
+        return []
+    rows = [[name, f"{m['Duration']:.1f} µs", f"{m['DRAM Throughput']:.0f}%", f"{m['Achieved Occupancy']:.1f}%",
+             f"{m['Issued Warp Per Scheduler']:.2f}", f"{m['L2 Hit Rate']:.0f}%"] for name, m in probe["ncu"].items()]
+    return [
+        f"Nsight Compute on one launch each, at xlabridge {probe['commit']} ({probe['note']}):",
+        "",
+        *_table(["kernel", "duration", "DRAM throughput", "occupancy", "issued per scheduler", "L2 hits"], rows),
     ]
 
 
