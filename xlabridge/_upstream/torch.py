@@ -322,15 +322,16 @@ def dynamo_context() -> type:
     return eval_frame._TorchDynamoContext
 
 
-@surface("torch", "torch._dynamo.eval_frame._TorchDynamoContext", attributes=("callback", "_torchdynamo_orig_backend"),
-         checked=CHECKED)
+@surface("torch", "torch._dynamo.eval_frame._TorchDynamoContext",
+         attributes=("callback", "_torchdynamo_orig_backend", "_torchdynamo_orig_callable"), checked=CHECKED)
 def context_backend(context: Any) -> Any:
     """The backend a Dynamo context compiles with, as the user gave it: its ``callback`` (the frame
     converter) keeps it through a chain of ``_torchdynamo_orig_backend``; None for a context that
     compiles nothing (``torch._dynamo.disable``, ``run``)."""
     found = getattr(context, "callback", None)
-    for _ in range(4):
-        inner = getattr(found, "_torchdynamo_orig_backend", None)
+    for _ in range(6):
+        # torch 2.9 and later keep it as ``_torchdynamo_orig_backend``, 2.8 as ``_torchdynamo_orig_callable``
+        inner = getattr(found, "_torchdynamo_orig_backend", None) or getattr(found, "_torchdynamo_orig_callable", None)
         if inner is None:
             break
         found = inner
