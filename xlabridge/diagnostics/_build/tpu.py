@@ -58,12 +58,15 @@ class _TpuBuilder:
         # the programs of Dynamo graphs no XLA front end compiled, by hash, and those that have none
         self.rules = {events[0].pid: rule for events, rule in processes if events}
         self.programs: dict[str, tuple[ev.FxProgram, UserCodeRule]] = {}
+        self.program_pids: dict[str, set[int]] = {}
+        """Every process whose Dynamo graph lowered to a program (the ranks of a job compile the same)."""
         self.unlowered: list[tuple[ev.FxProgram, UserCodeRule]] = []
         for process_events, rule in processes:
             for program in process_events:
                 if isinstance(program, ev.FxProgram):
                     if program.hash:
                         self.programs.setdefault(program.hash, (program, rule))
+                        self.program_pids.setdefault(program.hash, set()).add(program.pid)
                     elif program.role != "training-step":
                         self.unlowered.append((program, rule))
         # Where each graph comes from, looked up once: a Dynamo graph's first op by (compile id,
@@ -121,7 +124,7 @@ class _TpuBuilder:
         if program is not None:
             event, rule = program
             row.compile_id, row.role, row.backend, row.route = event.compile_id, event.role, event.backend, "torchax"
-            row.pids = [event.pid]
+            row.pids = sorted(self.program_pids.get(compiled.hash, {event.pid}))
             frame = rule.innermost(event.frames)
             row.filename, row.lineno, row.function = frame.filename, frame.lineno, frame.function
         elif not xla:

@@ -268,6 +268,10 @@ def _tpu(report: Report) -> Section | None:
         ["graph", "hash", "kernels", "HBM", "fits", "compile", "cost model", "HBM floor", "flops", "where"],
         rows, [10, 12, 7, 10, 4, 9, 10, 9, 8, 0],
     ))
+    if len({p for g in view.graphs for p in g.pids}) > 1:
+        section.notes.append("ranks: " + "; ".join(
+            f"{_tpu_graph_label(g)} {', '.join(short_process_name(report, p) for p in g.pids)}" for g in view.graphs
+            if g.pids) + " (ranks that compiled the same program share its row)")
     if uncosted := sorted({t for g in view.graphs for t in g.uncosted}):
         section.notes.append(f"cost model *: the time of the rest of the program, without the custom calls XLA's "
                              f"cost model cannot cost ({', '.join(uncosted)})")
