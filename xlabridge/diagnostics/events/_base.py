@@ -53,6 +53,7 @@ class EventType(str, enum.Enum):
     STALL_END = "stall_end"
     TORCH_BREAK = "torch_break"
     TRACE_READ = "trace_read"
+    GRAPH_SPLIT = "graph_split"
 
 
 class ProbeState(str, enum.Enum):

@@ -43,7 +43,7 @@ from xlabridge.diagnostics.views._overview import (
 )
 
 if TYPE_CHECKING:
-    from xlabridge.diagnostics.report import Recompile, Report, TpuGraph, XlaGraph
+    from xlabridge.diagnostics.report import DynamoBreak, DynamoGraph, Recompile, Report, TpuGraph, XlaGraph
 
 __all__ = [
     "FIX_FIRST", "KIND_COLOURS", "OTHER_COLOUR", "SHARE_LABELS", "SHARE_LABEL_OF_KIND", "SHARE_OF_KIND", "Box",
@@ -83,20 +83,44 @@ def _dynamo(report: Report) -> Section:
         f"{plural(len(report.recompiles), 'recompile')}",
     )
     if report.dynamo_graphs:
+        split = any(g.ddp_buckets for g in report.dynamo_graphs)  # the column only where DDPOptimizer ran
         section.tables.append(Table(
-            ["compile", "backend", "path", "ops", "tracing", "where"],
+            ["compile", "backend", "path", "ops", "tracing", "where"] + (["DDP buckets"] if split else []),
             [[g.compile_id, g.backend, g.path or "-", str(g.op_count), seconds(g.tracing_seconds),
-              where(g.filename, g.lineno, g.function)] for g in report.dynamo_graphs],
-            [9, 10, 12, 5, 9, 0],
+              where(g.filename, g.lineno, g.function)] + ([_buckets(g)] if split else [])
+             for g in report.dynamo_graphs],
+            [9, 10, 12, 5, 9, 0] + ([24] if split else []),
         ))
     if report.dynamo_breaks:
+        inside = any(b.library for b in report.dynamo_breaks)  # the column only where a break is in a library
         section.tables.append(Table(
-            ["#", "category", "where", "reason", "suggestion"],
-            [[str(n), b.category, where(b.filename, b.lineno, b.function), first_line(b.reason), b.suggestion]
+            ["#", "category", "where"] + (["inside"] if inside else []) + ["reason", "suggestion"],
+            [[str(n), b.category, where(b.filename, b.lineno, b.function)]
+             + ([_inside(b)] if inside else [])
+             # the "inside" column names the library frame the suggestion opens with
+             + [first_line(b.reason), b.suggestion.split(" reached from this line. ", 1)[-1] if b.library else b.suggestion]
              for n, b in enumerate(report.dynamo_breaks, start=1)],
-            [3, 22, 34, 30, 0],
+            [3, 18, 30, 30, 26, 0] if inside else [3, 22, 34, 30, 0],
         ))
     return section
+
+
+def _inside(row: DynamoBreak) -> str:
+    """The library frame of a break, from its package's directory on (``torch/nn/parallel/distributed.py:1528``)."""
+    if not row.library:
+        return "-"
+    path = row.library_filename.replace("\\", "/")
+    cut = path.rfind(f"/{row.library}/")
+    return where(path[cut + 1:] if cut >= 0 else path, row.library_lineno, row.library_function) + (
+        ", expected" if row.expected else "")
+
+
+def _buckets(graph: DynamoGraph) -> str:
+    """``6 (split), cap 1 MiB``: DDPOptimizer's buckets of a graph and the size it cut them at."""
+    if not graph.ddp_buckets:
+        return "-"
+    count = len(graph.ddp_buckets)
+    return f"{count}{' (split)' if count > 1 else ''}, cap {(graph.ddp_bucket_cap_bytes or 0) / 2**20:.3g} MiB"
 
 
 def _known(filename: str, lineno: int) -> bool:
