@@ -132,10 +132,13 @@ def _stacks(log: str) -> list[list[tuple[str, int, str]]]:
 
 def _library_frame(stack: list[tuple[str, int, str]]) -> tuple[str, int, str]:
     """The innermost frame of torch's stack outside Python's standard library (``contextlib`` wraps DDP's
-    context manager), which must be torch's own for a break inside DDP."""
+    context manager) and Dynamo's polyfills (its stand-ins for builtins, which newer torch shows among
+    them), which must be torch's own for a break inside DDP."""
     stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    polyfills = os.path.realpath(os.path.join(os.path.dirname(torch._dynamo.__file__), "polyfills"))
     outside = [f for f in stack if not (os.path.realpath(f[0]).startswith(stdlib + os.sep)
-                                        and "site-packages" not in f[0])]
+                                        and "site-packages" not in f[0])
+               and not os.path.realpath(f[0]).startswith(polyfills + os.sep)]
     return outside[-1]
 
 

@@ -37,6 +37,9 @@ _FRAMEWORKS = ("torch", "torch_xla", "functorch", "xlabridge", "torch_tpu", "tor
 _STDLIB = "python-stdlib"
 _SITE_DIRS = ("site-packages", "dist-packages")
 """Installed packages may live under the standard library's directory: they stay the user's."""
+_STAND_INS = re.compile(r"(^|[\\/])torch[\\/]_dynamo[\\/]polyfills[\\/]")
+"""Dynamo's polyfills: Python stand-ins it traces in place of builtins (``object.__new__`` of a context
+manager), which torch's stack of a break shows inside the standard library's frames on newer torch."""
 _FRAME_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
 UNKNOWN = Frame(filename=UNKNOWN_NAME, lineno=0, function=UNKNOWN_NAME)
@@ -137,11 +140,11 @@ class UserCodeRule:
 
     def library(self, frames: Sequence[Frame]) -> tuple[str, Frame] | None:
         """``(package, frame)`` where the innermost of ``frames`` outside Python's standard library
-        (``contextlib`` wraps library calls too) is a library's (``package``); None where it is the
-        user's own code, or there is none."""
+        (``contextlib`` wraps library calls too) and Dynamo's polyfills is a library's (``package``);
+        None where it is the user's own code, or there is none."""
         for frame in reversed(frames):
             path = os.path.normpath(frame.filename) if frame.filename else ""
-            if path and any(_in_stdlib(path, d) for d in self.stdlib_dirs):
+            if path and (any(_in_stdlib(path, d) for d in self.stdlib_dirs) or _STAND_INS.search(path)):
                 continue
             package = self.package(frame.filename)
             return (package, frame) if package else None
