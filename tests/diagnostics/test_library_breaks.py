@@ -53,7 +53,9 @@ def test_each_code_of_the_table_means_in_torch_s_registry_what_the_table_says():
     for row in causes.GRAPH_BREAK_CAUSES:
         for code, gb_type in row.codes.items():
             if code in registry:  # a code newer than this torch never comes from it
-                assert gb_type in {e["Gb_type"] for e in registry[code]}, (row.category, code)
+                types = {e["Gb_type"] for e in registry[code]}
+                # torch 2.8's registry names GB0170's type by the variable that held it (``_gb_type``)
+                assert gb_type in types or types == {"_gb_type"}, (row.category, code)
     # the codes of the breaks DDP's forward makes, and the common ones, are in every registry
     assert {"GB0007", "GB0156", "GB0124", "GB0170", "GB0059"} <= set(registry)
 
