@@ -222,3 +222,25 @@ def test_inductor_is_named_inductor_through_ddp_optimizer(tmp_path):
     for rank, pid in pids.items():
         assert {g.compile_id: len(g.ddp_buckets) for g in graphs if g.pid == pid and g.ddp_buckets} == {
             cid: n for cid, (_, n, _) in _splits(logs[rank]).items()}
+
+
+# ---------------------------------------------------------------- which frame is a library's
+
+
+def test_the_library_frame_is_the_innermost_outside_the_standard_library_and_dynamo_s_polyfills():
+    from xlabridge.diagnostics._frames import UserCodeRule
+    from xlabridge.diagnostics.events import Frame
+
+    site = "/venv/lib/python3.11/site-packages"
+    rule = UserCodeRule.of({"torch": [f"{site}/torch"], "python-stdlib": ["/py/lib/python3.11"]}, "/home/u/train.py")
+    user = Frame("/home/u/train.py", 9, "<module>")
+    ddp = Frame(f"{site}/torch/nn/parallel/distributed.py", 1486, "_run_ddp_forward")
+    stdlib = Frame("/py/lib/python3.11/contextlib.py", 105, "__init__")
+    polyfill = Frame(f"{site}/torch/_dynamo/polyfills/__init__.py", 476, "instantiate_user_defined_class_object")
+    assert rule.library([user, ddp, stdlib, polyfill, stdlib]) == ("torch", ddp)
+    assert rule.library([user, ddp, Frame("/home/u/model.py", 3, "forward")]) is None  # the user's own code
+    hf = Frame(f"{site}/transformers/models/gpt2/modeling_gpt2.py", 40, "forward")
+    assert rule.library([user, hf]) == ("transformers", hf)
+    assert rule.innermost([user, hf]) == hf  # installed model libraries stay where the user's fix goes
+    assert causes.classify_library("torch", ddp.filename).expected
+    assert causes.classify_library("transformers", hf.filename).name == "a library"

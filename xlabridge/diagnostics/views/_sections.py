@@ -92,23 +92,20 @@ def _dynamo(report: Report) -> Section:
             [9, 10, 12, 5, 9, 0] + ([24] if split else []),
         ))
     if report.dynamo_breaks:
-        inside = any(b.library for b in report.dynamo_breaks)  # the column only where a break is in a library
         section.tables.append(Table(
-            ["#", "category", "where"] + (["inside"] if inside else []) + ["reason", "suggestion"],
-            [[str(n), b.category, where(b.filename, b.lineno, b.function)]
-             + ([_inside(b)] if inside else [])
-             # the "inside" column names the library frame the suggestion opens with
-             + [first_line(b.reason), b.suggestion.split(" reached from this line. ", 1)[-1] if b.library else b.suggestion]
+            ["#", "category", "where", "reason", "suggestion"],
+            # a break inside a library: its frame there after the user's line that reached it, which the
+            # suggestion then need not repeat
+            [[str(n), b.category, where(b.filename, b.lineno, b.function) + (f", inside {_inside(b)}" if b.library else ""),
+              first_line(b.reason), b.suggestion.split(" reached from this line. ", 1)[-1] if b.library else b.suggestion]
              for n, b in enumerate(report.dynamo_breaks, start=1)],
-            [3, 18, 30, 30, 26, 0] if inside else [3, 22, 34, 30, 0],
+            [3, 22, 34, 30, 0],
         ))
     return section
 
 
 def _inside(row: DynamoBreak) -> str:
     """The library frame of a break, from its package's directory on (``torch/nn/parallel/distributed.py:1528``)."""
-    if not row.library:
-        return "-"
     path = row.library_filename.replace("\\", "/")
     cut = path.rfind(f"/{row.library}/")
     return where(path[cut + 1:] if cut >= 0 else path, row.library_lineno, row.library_function) + (
