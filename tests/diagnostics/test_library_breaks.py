@@ -36,6 +36,9 @@ REGISTRY = Path(torch._dynamo.__path__[0]) / "graph_break_registry.json"
 _RANK = re.compile(r"^\[rank(\d+)\]:")
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _BUCKETS = re.compile(r"\[(?P<cid>\d+/\d+)\] DDPOptimizer used bucket cap (?P<cap>\d+) and created (?P<n>\d+) buckets")
+needs_gloo = pytest.mark.skipif(
+    not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+    reason="this torch has no torch.distributed with gloo: the DDP job cannot run on the CPU")
 _SUBMOD = re.compile(r"\[(?P<cid>\d+/\d+)\] \[__ddp_graphs\] ---(?P<name>submod_\d+) graph---")
 
 
@@ -153,6 +156,7 @@ def aot_eager(tmp_path_factory):
     return _torchrun(tmp_path_factory.mktemp("ddp_aot_eager"), "aot_eager")
 
 
+@needs_gloo
 def test_every_break_torch_logs_on_a_rank_is_in_the_report_with_its_code(aot_eager):
     report, logs, pids = aot_eager
     for rank, pid in pids.items():
@@ -163,6 +167,7 @@ def test_every_break_torch_logs_on_a_rank_is_in_the_report_with_its_code(aot_eag
             (t.compile_id, t.gb_type, _torch_logs.expected_code(t)) for t in logged)
 
 
+@needs_gloo
 def test_breaks_inside_ddp_carry_torch_s_frame_the_user_s_line_and_advice_that_is_not_about_prints(aot_eager):
     report, logs, pids = aot_eager
     torch_dir = os.path.realpath(os.path.dirname(torch.__file__))
@@ -186,6 +191,7 @@ def test_breaks_inside_ddp_carry_torch_s_frame_the_user_s_line_and_advice_that_i
             assert "distributed.py" in row.suggestion and row.explanation and row.code.startswith("GB")
 
 
+@needs_gloo
 def test_the_backend_is_named_as_the_user_named_it_through_ddp_optimizer(aot_eager):
     report, _, pids = aot_eager
     graphs = [g for g in report.dynamo_graphs if g.pid in pids.values()]
@@ -200,6 +206,7 @@ def _splits(log: str) -> dict[str, tuple[int, int, int]]:
     return {m["cid"]: (int(m["cap"]), int(m["n"]), len(submodules[m["cid"]])) for m in _BUCKETS.finditer(log)}
 
 
+@needs_gloo
 def test_ddp_optimizer_s_splits_are_reported_with_the_bucket_size_that_made_them(aot_eager):
     report, logs, pids = aot_eager
     for rank, pid in pids.items():
@@ -214,6 +221,7 @@ def test_ddp_optimizer_s_splits_are_reported_with_the_bucket_size_that_made_them
         assert all(f"{BUCKET_CAP_MB} MiB" in f.message for f in findings)
 
 
+@needs_gloo
 def test_inductor_is_named_inductor_through_ddp_optimizer(tmp_path):
     # forward graphs only: the backend's name and the split are decided before any backward
     report, logs, pids = _torchrun(tmp_path, "inductor", "--layers", "2", "--steps", "1", "--forward-only")

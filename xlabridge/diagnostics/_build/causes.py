@@ -83,6 +83,11 @@ DYNAMO_CAUSES: tuple[Cause, ...] = (
     ),
 )
 
+def _fix(category: str) -> str:
+    """The fix of a ``DYNAMO_CAUSES`` row: a break is fixed the same way whether its code or its text named it."""
+    return next(cause.suggestion for cause in DYNAMO_CAUSES if cause.category == category)
+
+
 @dataclasses.dataclass(frozen=True)
 class GraphBreakCause:
     """A category of graph breaks by torch's own codes for them (``GB0124``), with a fix.
@@ -108,37 +113,37 @@ GRAPH_BREAK_CAUSES: tuple[GraphBreakCause, ...] = (
     GraphBreakCause(
         "print-or-logging",
         {"GB0059": "Failed to trace builtin operator"},
-        DYNAMO_CAUSES[2].suggestion,
+        _fix("print-or-logging"),
         construct=r"builtin operator `print`",
     ),
     GraphBreakCause(
         "print-or-logging",
         {"GB0291": "logging.Logger method not supported for non-export cases"},
-        DYNAMO_CAUSES[2].suggestion,
+        _fix("print-or-logging"),
     ),
     GraphBreakCause(
         "data-dependent-branch",
         {"GB0170": "Data-dependent branching", "GB0035": "Data-dependent branching with non-constant __bool__",
          "GB0034": "Data-dependent assertion failed (cannot compile partial graph)"},
-        DYNAMO_CAUSES[0].suggestion,
+        _fix("data-dependent-branch"),
     ),
     GraphBreakCause(
         "tensor-item",
         {"GB0124": "Unsupported Tensor.item() call with capture_scalar_outputs=False",
          "GB0109": "Tensor.tolist() with non-integer tensor"},
-        DYNAMO_CAUSES[1].suggestion,
+        _fix("tensor-item"),
     ),
     GraphBreakCause(
         "deepcopy",
         {"GB0179": "copy.deepcopy()", "GB4198": "Attempted to copy.deepcopy a tensor"},
-        DYNAMO_CAUSES[3].suggestion,
+        _fix("deepcopy"),
     ),
     GraphBreakCause(
         "dynamic-shape-op",
         {"GB0036": "Dynamic shape operator", "GB0037": "Dynamic shape operator (no meta kernel)",
          "GB0033": "Data dependent operator",
          "GB0246": "Attempted to use `torch.nn.functional.one_hot` with data-dependent output shape"},
-        DYNAMO_CAUSES[4].suggestion,
+        _fix("dynamic-shape-op"),
     ),
     GraphBreakCause(
         "skipped-function",
@@ -162,7 +167,7 @@ GRAPH_BREAK_CAUSES: tuple[GraphBreakCause, ...] = (
         "unsupported-builtin",
         {"GB0059": "Failed to trace builtin operator", "GB0213": "unimplemented builtin op on tensor arguments",
          "GB0193": "invalid call to builtin op handler", "GB0174": "bad args to builtin cast()"},
-        DYNAMO_CAUSES[5].suggestion,
+        _fix("unsupported-builtin"),
     ),
     GraphBreakCause(
         "hooks",
