@@ -32,6 +32,8 @@ ONE_OF_EACH: list[ev.Event] = [
                   "Reason: Failed to trace builtin operator\n  Explanation: ...\nUser code traceback:\n"),
     ev.TraceRead(**STAMP, file="/tmp/t/dedicated_log_torch_trace_x.log", records=12, skipped=1,
                  failures=["0/0: Unsupported: ..."], eager_batches=2),
+    ev.GraphSplit(**STAMP, compile_id="4/0", bucket_bytes=[1050624, 2101248], bucket_cap_bytes=2097152,
+                  first_bucket_cap_bytes=1048576),
     ev.Recompile(**STAMP, compile_id="0/1", reason="0/0: tensor 'x' size mismatch", code=FRAME),
     ev.CompilePath(**STAMP, compile_id="0/0", target="xla", path="forward-only", reason="no grad mode", cpu_only=True),
     ev.BridgeGraph(**STAMP, graph=0, compile_id="0/0", role="forward", fx_ops=5, input_devices=["xla"]),

@@ -357,6 +357,22 @@ def dynamo_skips(code: Any) -> bool:
     return bool(trace_rules.check(code))
 
 
+@surface(
+    "torch", "torch._dynamo.backends.distributed.DDPOptimizer", checked=CHECKED,
+    attributes=("bucket_bytes_cap", "first_bucket_cap", "backend_compile_fn", "buckets", "Bucket.size"),
+    uses=("compile_fn", "__init__"),
+)
+def ddp_optimizer() -> type:
+    """DDPOptimizer: where ``torch._dynamo.config.optimize_ddp`` is on and the compiled frame runs inside
+    a DDP module's forward, Dynamo hands each graph to its bound ``compile_fn`` instead of the backend.
+    An instance keeps the bucket caps it was made with (``bucket_bytes_cap``, ``first_bucket_cap``), the
+    backend it wraps (``backend_compile_fn``) and, after ``compile_fn``, the graph's buckets (``buckets``,
+    each with its parameter bytes ``size``, graph order)."""
+    from torch._dynamo.backends import distributed
+
+    return distributed.DDPOptimizer
+
+
 @surface("torch", "torch._dynamo.backends.registry._COMPILER_FNS", checked=CHECKED, uses=("items", "__setitem__"))
 def dynamo_backends() -> dict[str, Callable[..., Any]]:
     """Dynamo's table of registered backends by name (read, and an entry replaced for a while)."""

@@ -8,6 +8,12 @@ as transformers count as the user's: that is where the fix goes. The program's o
 comes first so that a program shipped inside one of those packages (xlabridge's bundled
 examples, run with ``python -m xlabridge.examples.demo``) is still the program being reported on.
 
+A break or a graph inside a library (torch's DDP, FSDP's hooks, an installed package) is also
+placed in that library: ``UserCodeRule.library`` names the package of the innermost frame outside
+the user's program and Python's standard library, where that frame is in torch or another
+installed package, so that a report can show the library's line beside the user's line that
+reached it (the library's code is not where the user's fix goes, but it says what broke).
+
 A process records the directories it saw (``framework_paths`` and ``main_file`` in its
 ``process_start`` event), and a report applies the rule with them, so a log read on another
 machine names the same frames.
@@ -31,6 +37,9 @@ _FRAMEWORKS = ("torch", "torch_xla", "functorch", "xlabridge", "torch_tpu", "tor
 _STDLIB = "python-stdlib"
 _SITE_DIRS = ("site-packages", "dist-packages")
 """Installed packages may live under the standard library's directory: they stay the user's."""
+_STAND_INS = re.compile(r"(^|[\\/])torch[\\/]_dynamo[\\/]polyfills[\\/]")
+"""Dynamo's polyfills: Python stand-ins it traces in place of builtins (``object.__new__`` of a context
+manager), which torch's stack of a break shows inside the standard library's frames on newer torch."""
 _FRAME_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
 UNKNOWN = Frame(filename=UNKNOWN_NAME, lineno=0, function=UNKNOWN_NAME)
@@ -108,6 +117,38 @@ class UserCodeRule:
     def innermost(self, frames: Sequence[Frame]) -> Frame:
         """The deepest of ``frames`` (outermost first) in the user's code, or ``UNKNOWN``."""
         return innermost(frames, self.is_user) or UNKNOWN
+
+    def package(self, filename: str) -> str:
+        """The library ``filename`` belongs to (``torch``, ``transformers``): one of the frameworks,
+        or a package installed in a ``site-packages``/``dist-packages`` directory; ``""`` for the
+        program's own files, Python's standard library and anything else."""
+        if not filename or filename.startswith("<"):
+            return ""
+        path = os.path.normpath(filename)
+        if self.program_dir and _under(path, self.program_dir):
+            return ""
+        if any(_in_stdlib(path, d) for d in self.stdlib_dirs):
+            return ""
+        for directory in self.framework_dirs:
+            if _under(path, directory):
+                return os.path.basename(directory.rstrip(os.sep))
+        parts = path.split(os.sep)
+        for index in range(len(parts) - 2, -1, -1):
+            if parts[index] in _SITE_DIRS:
+                return os.path.splitext(parts[index + 1])[0]
+        return ""
+
+    def library(self, frames: Sequence[Frame]) -> tuple[str, Frame] | None:
+        """``(package, frame)`` where the innermost of ``frames`` outside Python's standard library
+        (``contextlib`` wraps library calls too) and Dynamo's polyfills is a library's (``package``);
+        None where it is the user's own code, or there is none."""
+        for frame in reversed(frames):
+            path = os.path.normpath(frame.filename) if frame.filename else ""
+            if path and (any(_in_stdlib(path, d) for d in self.stdlib_dirs) or _STAND_INS.search(path)):
+                continue
+            package = self.package(frame.filename)
+            return (package, frame) if package else None
+        return None
 
 
 _program_override: str | None = None

@@ -83,6 +83,197 @@ DYNAMO_CAUSES: tuple[Cause, ...] = (
     ),
 )
 
+def _fix(category: str) -> str:
+    """The fix of a ``DYNAMO_CAUSES`` row: a break is fixed the same way whether its code or its text named it."""
+    return next(cause.suggestion for cause in DYNAMO_CAUSES if cause.category == category)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphBreakCause:
+    """A category of graph breaks by torch's own codes for them (``GB0124``), with a fix.
+
+    ``codes`` maps each code to the break type torch's registry gives it (``graph_break_registry.json``,
+    shipped with torch 2.8 and later; a code keeps its meaning across releases, newer releases add
+    codes), so that a test can hold the table against the registry. ``construct`` narrows a code that
+    covers many constructs (``GB0059``: any builtin) to the one torch names in its explanation
+    (``builtin operator `print```); empty: the whole code."""
+
+    category: str
+    codes: dict[str, str]
+    suggestion: str
+    construct: str = ""
+
+    def matches(self, code: str, reason: str) -> bool:
+        if code not in self.codes:
+            return False
+        return not self.construct or re.search(self.construct, reason) is not None
+
+
+GRAPH_BREAK_CAUSES: tuple[GraphBreakCause, ...] = (
+    GraphBreakCause(
+        "print-or-logging",
+        {"GB0059": "Failed to trace builtin operator"},
+        _fix("print-or-logging"),
+        construct=r"builtin operator `print`",
+    ),
+    GraphBreakCause(
+        "print-or-logging",
+        {"GB0291": "logging.Logger method not supported for non-export cases"},
+        _fix("print-or-logging"),
+    ),
+    GraphBreakCause(
+        "data-dependent-branch",
+        {"GB0170": "Data-dependent branching", "GB0035": "Data-dependent branching with non-constant __bool__",
+         "GB0034": "Data-dependent assertion failed (cannot compile partial graph)"},
+        _fix("data-dependent-branch"),
+    ),
+    GraphBreakCause(
+        "tensor-item",
+        {"GB0124": "Unsupported Tensor.item() call with capture_scalar_outputs=False",
+         "GB0109": "Tensor.tolist() with non-integer tensor"},
+        _fix("tensor-item"),
+    ),
+    GraphBreakCause(
+        "deepcopy",
+        {"GB0179": "copy.deepcopy()", "GB4198": "Attempted to copy.deepcopy a tensor"},
+        _fix("deepcopy"),
+    ),
+    GraphBreakCause(
+        "dynamic-shape-op",
+        {"GB0036": "Dynamic shape operator", "GB0037": "Dynamic shape operator (no meta kernel)",
+         "GB0033": "Data dependent operator",
+         "GB0246": "Attempted to use `torch.nn.functional.one_hot` with data-dependent output shape"},
+        _fix("dynamic-shape-op"),
+    ),
+    GraphBreakCause(
+        "skipped-function",
+        {"GB0007": "Attempted to call function marked as skipped",
+         "GB0008": "Attempted to inline function marked as skipped",
+         "GB0009": "Attempted to inline function marked as skipped (SkipFunctionVariable)",
+         "GB0098": "Skip calling `torch.compiler.disable()`d function",
+         "GB0099": "Skip inlining `torch.compiler.disable()`d function"},
+        "Dynamo does not trace this function on purpose (torch marks it skipped, or it is "
+        "`torch.compiler.disable`d): it runs eagerly between two graphs. Call it outside the compiled "
+        "function, or compile the code it calls on its own.",
+    ),
+    GraphBreakCause(
+        "unsupported-call",
+        {"GB0156": "Unsupported method call", "GB0289": "unsupported method call on `typing` variable"},
+        "Dynamo cannot trace a method of this object (a C++ binding, or a class it has no rules for): "
+        "the call runs eagerly between two graphs. Call it outside the compiled function, or keep the "
+        "object out of the traced code.",
+    ),
+    GraphBreakCause(
+        "unsupported-builtin",
+        {"GB0059": "Failed to trace builtin operator", "GB0213": "unimplemented builtin op on tensor arguments",
+         "GB0193": "invalid call to builtin op handler", "GB0174": "bad args to builtin cast()"},
+        _fix("unsupported-builtin"),
+    ),
+    GraphBreakCause(
+        "hooks",
+        {"GB0029": "Compilation of intermediate hooks requires compiled autograd",
+         "GB0083": "Module-level backwards hooks require compiled autograd.",
+         "GB0100": "Storing Tensor hook handle in globals",
+         "GB0101": "Storing Tensor hook handle in globals (inline call)"},
+        "A backward hook cannot be compiled into the graph: register it outside the compiled function, "
+        "or turn on compiled autograd (`torch._dynamo.config.compiled_autograd = True`), which traces "
+        "the backward with its hooks.",
+    ),
+    GraphBreakCause(
+        "collective",
+        {"GB0172": "async_op=True for distributed collectives",
+         "GB0210": "torch.distributed package is not available!"},
+        "A torch.distributed collective Dynamo cannot put in a graph: call it with `async_op=False`, use "
+        "the functional collectives (`torch.distributed._functional_collectives`) inside compiled code, "
+        "or call it outside the compiled function.",
+    ),
+)
+"""Graph breaks by torch's code; the first matching row wins. A code no row names is ``other``, its fix
+torch's own hints (``GRAPH_BREAK_OTHER``)."""
+
+GRAPH_BREAK_OTHER = GraphBreakCause(
+    "other", {},
+    "Dynamo cannot trace this construct: torch's explanation and hints (its page for the code) say what "
+    "would let it; otherwise move it out of the compiled function.",
+)
+
+
+def classify_graph_break(code: str, reason: str) -> Cause:
+    """The cause of a break torch named the code of (``GB0156``): the first ``GRAPH_BREAK_CAUSES`` row
+    with the code, else ``other``; a break without a code (a log of torch before 2.8, a reason only
+    the backend was handed) by its text, ``DYNAMO_CAUSES``."""
+    if not code:
+        return classify_dynamo_break(reason)
+    row = next((row for row in GRAPH_BREAK_CAUSES if row.matches(code, reason)), GRAPH_BREAK_OTHER)
+    return Cause(row.category, r".", row.suggestion)
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryCause:
+    """Where a graph break inside a library (torch's own code, an installed package) comes from, and
+    the advice that fits there: the library's code is not the user's to change.
+
+    ``path`` is matched against the break's innermost library frame, as a path inside its package
+    (``torch/nn/parallel/distributed.py``)."""
+
+    name: str
+    path: str
+    expected: bool
+    """torch breaks there by design whatever the user's code (DDP's forward under ``torch.compile``)."""
+    suggestion: str
+
+    def matches(self, path: str) -> bool:
+        return re.search(self.path, path.replace("\\", "/")) is not None
+
+
+LIBRARY_CAUSES: tuple[LibraryCause, ...] = (
+    LibraryCause(
+        "DDP's forward", r"(^|/)torch/nn/parallel/distributed\.py$", True,
+        "Expected: `torch.compile` of a DDP model breaks in DDP's own forward (its C++ logger, context "
+        "managers Dynamo skips on purpose) and compiles your module's forward as a graph of its own. "
+        "Nothing to change in your code.",
+    ),
+    LibraryCause(
+        "FSDP's hooks", r"(^|/)torch/distributed/(fsdp|_composable)/", True,
+        "Expected where a model sharded with FSDP is compiled whole: FSDP's hooks (all-gathers and "
+        "resharding around each sharded module) run eagerly. Compile each sharded block instead "
+        "(`block.compile()` or `torch.compile(block)` per block, then `fully_shard`), FSDP2's recipe: "
+        "its hooks then run between compiled blocks.",
+    ),
+    LibraryCause(
+        "torch.distributed", r"(^|/)torch/distributed/", False,
+        "A torch.distributed call inside the compiled region: Dynamo traces functional collectives "
+        "only. Call the collective outside the compiled function, or use "
+        "`torch.distributed._functional_collectives` inside it.",
+    ),
+    LibraryCause(
+        "torch", r"(^|/)(torch|torch_xla|functorch)/", False,
+        "Inside torch's own code, reached from this line: the construct Dynamo cannot trace is torch's, "
+        "not yours (torch's hints say what would let it). Compile the module or function inside it that "
+        "does the work, or accept the break: it costs a graph boundary, not a fix in your code.",
+    ),
+    LibraryCause(
+        "a library", r".", False,
+        "Inside an installed library's code, reached from this line: its construct, not yours, stops "
+        "Dynamo (torch's hints say which). Compile the library's inner module that does the work (the "
+        "model without its wrapper), or check for a release of the library that supports torch.compile.",
+    ),
+)
+"""Graph breaks inside a library, by the library frame; the first matching row wins."""
+
+
+def library_path(package: str, filename: str) -> str:
+    """``filename`` from its package's directory on (``torch/nn/parallel/distributed.py``)."""
+    parts = filename.replace("\\", "/").split("/")
+    return "/".join(parts[len(parts) - 1 - parts[::-1].index(package):]) if package in parts else filename
+
+
+def classify_library(package: str, filename: str) -> LibraryCause:
+    """The ``LIBRARY_CAUSES`` row of a break whose innermost library frame is ``filename`` of ``package``."""
+    path = library_path(package, filename)
+    return next(cause for cause in LIBRARY_CAUSES if cause.matches(path))
+
+
 HLO_CAUSES: tuple[Cause, ...] = (
     Cause(
         "cpu-fallback",

@@ -216,8 +216,10 @@ class _ProcessBuilder:
                 tracing[compile_event.compile_id] += compile_event.t - compile_event.start
         ended = set()
         timed: set[str] = set()
+        splits = {e.compile_id: e for e in self.of(ev.GraphSplit)}
         for captured in self.of(ev.GraphCaptured):
             path = paths.get(captured.compile_id)
+            split = splits.get(captured.compile_id)
             # a compilation that hands its backend several graphs (a restart of Dynamo's analysis) timed once
             seconds = tracing.get(captured.compile_id) if captured.compile_id not in timed else None
             timed.add(captured.compile_id)
@@ -226,6 +228,9 @@ class _ProcessBuilder:
                 path=path.path if path else "", path_reason=path.reason if path else "",
                 ends_in_break=captured.ends_in_break, tracing_seconds=seconds,
                 pid=self.pid, **self._where(self._callers(captured.compile_id) + captured.frames),
+                ddp_buckets=list(split.bucket_bytes) if split else [],
+                ddp_bucket_cap_bytes=split.bucket_cap_bytes if split else None,
+                ddp_first_bucket_cap_bytes=split.first_bucket_cap_bytes if split else None,
             ))
             if captured.ends_in_break:
                 ended.add(captured.compile_id)
@@ -237,12 +242,27 @@ class _ProcessBuilder:
         for graph_break in self.of(ev.GraphBreak):
             if graph_break.compile_id in ended and graph_break.compile_id not in logged:
                 cause = causes.classify_dynamo_break(graph_break.reason)
+                frames = self._callers(graph_break.compile_id) + graph_break.frames
                 self.report.dynamo_breaks.append(DynamoBreak(
                     reason=causes.first_line(graph_break.reason), category=cause.category,
-                    suggestion=cause.suggestion, detail=graph_break.reason.strip(),
+                    detail=graph_break.reason.strip(),
                     compile_id=graph_break.compile_id, pid=self.pid,
-                    **self._where(self._callers(graph_break.compile_id) + graph_break.frames),
+                    **self._where(frames), **self._library(graph_break.frames, cause.suggestion),
                 ))
+        self._splits(splits)
+
+    def _library(self, frames: Sequence[ev.Frame], suggestion: str) -> dict[str, Any]:
+        """The library a break is inside, its frame there, and the advice that fits a break there
+        (``suggestion`` where the break is in the user's own code)."""
+        found = self.rule.library(frames)
+        if found is None:
+            return {"suggestion": suggestion}
+        package, frame = found
+        cause = causes.classify_library(package, frame.filename)
+        return {"library": package, "library_filename": frame.filename, "library_lineno": frame.lineno,
+                "library_function": frame.function, "expected": cause.expected,
+                "suggestion": f"Inside {cause.name} ({causes.library_path(package, frame.filename)}:{frame.lineno}), "
+                              f"reached from this line. {cause.suggestion}"}
 
     def _requests(self) -> None:
         """Each request to compile; one Dynamo skips the target of is a finding."""
@@ -261,15 +281,36 @@ class _ProcessBuilder:
 
     def _torch_break(self, record: ev.TorchBreak, ends_graph: bool) -> None:
         text = torch_breaks.parse(record.text)
-        cause = causes.classify_dynamo_break(text.reason)
+        cause = causes.classify_graph_break(text.code, text.reason)
         frames = list(text.frames) or ([text.location] if text.location else [])
         where = self._where(frames if text.frames else self._callers(record.compile_id) + frames)
         self.report.dynamo_breaks.append(DynamoBreak(
             reason=text.gb_type or causes.first_line(text.reason), category=cause.category,
-            suggestion=cause.suggestion, detail=text.reason, compile_id=record.compile_id, pid=self.pid,
+            detail=text.reason, compile_id=record.compile_id, pid=self.pid,
             code=text.code, url=text.url, explanation=text.explanation, hints=list(text.hints), source="torch",
-            ends_graph=ends_graph, **where,
+            ends_graph=ends_graph, **where, **self._library(frames, cause.suggestion),
         ))
+
+    def _splits(self, splits: dict[str, ev.GraphSplit]) -> None:
+        """A finding per graph DDPOptimizer split at DDP's buckets: how many submodules, at which size."""
+        for compile_id, split in splits.items():
+            if len(split.bucket_bytes) < 2:
+                continue
+            graph = next((g for g in self.report.dynamo_graphs if g.pid == self.pid and g.compile_id == compile_id),
+                         None)
+            place = {"filename": graph.filename, "lineno": graph.lineno, "function": graph.function} if graph else {}
+            first = ("" if split.first_bucket_cap_bytes == split.bucket_cap_bytes
+                     else f", the first bucket {_mib(split.first_bucket_cap_bytes)}")
+            self.report.findings.append(Finding(
+                "ddp-split",
+                f"DDPOptimizer split Dynamo graph {compile_id} into {len(split.bucket_bytes)} submodules at DDP's "
+                f"bucket boundaries (bucket_cap_mb {_mib(split.bucket_cap_bytes)}{first}; buckets of "
+                f"{', '.join(_mib(b) for b in split.bucket_bytes)}), each compiled by the backend on its own: "
+                "expected, it lets each bucket's all-reduce overlap the backward of the next; the backend "
+                "cannot fuse across the cuts. Fewer, larger buckets (DDP(..., bucket_cap_mb=...)) give fewer "
+                "splits; torch._dynamo.config.optimize_ddp = False compiles one graph (no overlap).",
+                count=len(split.bucket_bytes), pid=self.pid, **place,
+            ))
 
     def _recompiles(self) -> None:
         callers = {e.compile_id: e.caller_frames for e in self.of(ev.DynamoCompile) if e.trigger == "dynamo"}
@@ -380,6 +421,11 @@ class _ProcessBuilder:
 
 def _place(frame: ev.Frame) -> str:
     return f"{frame.filename}:{frame.lineno} ({frame.function})"
+
+
+def _mib(size: int) -> str:
+    """Bytes in MiB as DDP's ``bucket_cap_mb`` counts them (``1`` for 1048576)."""
+    return f"{size / 2**20:.3g} MiB"
 
 
 TRACE_LIMITS = (

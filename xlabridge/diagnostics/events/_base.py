@@ -55,6 +55,7 @@ class EventType(str, enum.Enum):
     TRACE_READ = "trace_read"
     COMPILE_REQUEST = "compile_request"
     OPTIMIZER_STEPS = "optimizer_steps"
+    GRAPH_SPLIT = "graph_split"
 
 
 class ProbeState(str, enum.Enum):

@@ -463,6 +463,19 @@ class FxCode(Event):
     lines: list[FxLine] = _field("its lines that run a node with a stack trace", factory=list)
 
 
+@dataclasses.dataclass(kw_only=True)
+class GraphSplit(Event):
+    """DDPOptimizer (``torch.compile`` of a DDP model, ``torch._dynamo.config.optimize_ddp`` on) cut the
+    graph of ``compile_id`` into buckets of parameters at DDP's bucket size, and split it into one
+    submodule per bucket, each handed to the backend on its own (one bucket: not split)."""
+
+    type: ClassVar[EventType] = EventType.GRAPH_SPLIT
+    compile_id: str = _field("Dynamo's compile id of the graph")
+    bucket_bytes: list[int] = _field("the parameter bytes of each bucket, in graph order", factory=list)
+    bucket_cap_bytes: int = _field("the bucket size it cut at: DDP's ``bucket_cap_mb``, in bytes", 0)
+    first_bucket_cap_bytes: int = _field("the size of the first bucket DDP reduces (the graph's last)", 0)
+
+
 EVENT_CLASSES: dict[EventType, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -471,7 +484,7 @@ EVENT_CLASSES: dict[EventType, type[Event]] = {
         BridgeGraph, Partitioned, XlaGraphSeen, XlaCompile, GraphCalled, GraphCalls, Transfer, ProcessEnd,
         TpuCompiled, TpuPass, Imported, Sync, EagerOps,
         LazyGraphSeen, LazyRuns, GraphCollectives, FxCode, FxProgram, TpuSlice, BackendCompile, CompiledCalls,
-        SyncCalls, SignalReceived, ProcessExit, Stall, StallEnd, CompileRequest, OptimizerSteps,
+        SyncCalls, SignalReceived, ProcessExit, Stall, StallEnd, CompileRequest, OptimizerSteps, GraphSplit,
     )
 }
 assert set(EVENT_CLASSES) == set(EventType), "every event type has its class"

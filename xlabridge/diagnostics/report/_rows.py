@@ -27,6 +27,15 @@ class DynamoGraph:
     lineno: int = _field("line in ``filename``", 0)
     function: str = _field("function of that line", UNKNOWN_NAME)
     pid: int = _field("process that compiled it", 0)
+    ddp_buckets: list[int] = _field(
+        "DDPOptimizer (``torch.compile`` of a DDP model, ``optimize_ddp`` on): the parameter bytes of each bucket "
+        "it cut this graph into at DDP's bucket size, graph order; with more than one, the graph was split into "
+        "that many submodules at the buckets' boundaries, each compiled by the backend on its own; empty where "
+        "DDPOptimizer did not handle the graph", factory=list)
+    ddp_bucket_cap_bytes: int | None = _field("the bucket size DDPOptimizer cut at: DDP's ``bucket_cap_mb``, in "
+                                              "bytes", None)
+    ddp_first_bucket_cap_bytes: int | None = _field("the size of DDP's first bucket (the graph's last parameters, "
+                                                    "reduced first)", None)
 
 
 @dataclasses.dataclass
@@ -34,7 +43,9 @@ class DynamoBreak:
     """Dynamo stopped capturing: the FX graph before this point ends here."""
 
     reason: str = _field("first line of Dynamo's reason")
-    category: str = _field("the matching row of ``causes.DYNAMO_CAUSES``")
+    category: str = _field("from torch's code for the break: the matching row of ``causes.GRAPH_BREAK_CAUSES`` "
+                           "(``other`` for a code no row names); a break without a code by its text, "
+                           "``causes.DYNAMO_CAUSES``")
     filename: str = _field("user source file of the break (innermost user frame)")
     lineno: int = _field("line in ``filename``")
     function: str = _field("function of that line")
@@ -52,6 +63,15 @@ class DynamoBreak:
                          "(``compile_subgraph_reason``), where torch's record was not seen", "backend")
     ends_graph: bool = _field("a graph Dynamo handed to a backend ends at this break (a break before any op, "
                               "or one that made Dynamo skip its frame, ends none)", True)
+    library: str = _field("the library the break is inside (``torch``, ``transformers``): the package of the "
+                          "innermost frame of torch's stack outside the program and Python's standard library; "
+                          "empty where that frame is the user's own code", "")
+    library_filename: str = _field("that frame's file (``.../torch/nn/parallel/distributed.py``); ``filename`` "
+                                   "stays the user's line that reached it", "")
+    library_lineno: int = _field("line in ``library_filename``", 0)
+    library_function: str = _field("function of that line", "")
+    expected: bool = _field("torch breaks there by design whatever the user's code (DDP's own forward under "
+                            "``torch.compile``): nothing to fix", False)
 
 
 @dataclasses.dataclass
@@ -214,8 +234,10 @@ class Finding:
                        "``probe``, ``cache``, "
                        "``compiled-before-observation``, ``tpu-does-not-fit``, ``tpu-refused``, "
                        "``avoidable-collective``, ``divergence``, ``uneven-compile``, ``stall``, ``process-ended``, ``compile-failure`` (a frame Dynamo gave "
-                       "up on, read from a trace); read from compiled TPU programs (``compiled_for``): ``tpu-padding``, "
-                       "``tpu-f32-matmul``, ``tpu-copy``, ``tpu-hbm``, ``tpu-uncosted``")
+                       "up on, read from a trace), ``ddp-split`` (DDPOptimizer split a graph at DDP's buckets), "
+                       "``compile-skipped`` (a request to compile whose code Dynamo skips); read from compiled TPU "
+                       "programs (``compiled_for``): ``tpu-padding``, ``tpu-f32-matmul``, ``tpu-copy``, ``tpu-hbm``, "
+                       "``tpu-uncosted``")
     message: str = _field("what it means and what to do")
     graph: int | None = _field("``XlaGraph.index`` it is about, if any", None)
     cost_seconds: float | None = _field(

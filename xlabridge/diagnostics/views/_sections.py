@@ -44,7 +44,7 @@ from xlabridge.diagnostics.views._overview import (
 )
 
 if TYPE_CHECKING:
-    from xlabridge.diagnostics.report import Recompile, Report, TpuGraph, XlaGraph
+    from xlabridge.diagnostics.report import DynamoBreak, DynamoGraph, Recompile, Report, TpuGraph, XlaGraph
 
 __all__ = [
     "FIX_FIRST", "KIND_COLOURS", "OTHER_COLOUR", "SHARE_LABELS", "SHARE_LABEL_OF_KIND", "SHARE_OF_KIND", "Box",
@@ -86,17 +86,23 @@ def _dynamo(report: Report) -> Section:
     ranked = len({g.pid for g in report.dynamo_graphs} | {b.pid for b in report.dynamo_breaks}) > 1
     rank = ([lambda pid: [short_process_name(report, pid)]], ["rank"], [9]) if ranked else ([lambda pid: []], [], [])
     if report.dynamo_graphs:
+        split = any(g.ddp_buckets for g in report.dynamo_graphs)  # the column only where DDPOptimizer ran
         section.tables.append(Table(
-            rank[1] + ["compile", "backend", "path", "ops", "tracing", "where"],
+            rank[1] + ["compile", "backend", "path", "ops", "tracing", "where"] + (["DDP buckets"] if split else []),
             [rank[0][0](g.pid) + [g.compile_id, g.backend, g.path or "-", str(g.op_count), seconds(g.tracing_seconds),
-                                  where(g.filename, g.lineno, g.function)] for g in report.dynamo_graphs],
-            rank[2] + [9, 10, 12, 5, 9, 0],
+                                  where(g.filename, g.lineno, g.function)] + ([_buckets(g)] if split else [])
+             for g in report.dynamo_graphs],
+            rank[2] + [9, 10, 12, 5, 9, 0] + ([24] if split else []),
         ))
     if report.dynamo_breaks:
         section.tables.append(Table(
             ["#"] + rank[1] + ["category", "where", "reason", "suggestion"],
-            [[str(n)] + rank[0][0](b.pid) + [b.category, where(b.filename, b.lineno, b.function), first_line(b.reason),
-                                            b.suggestion]
+            # a break inside a library: its frame there after the user's line that reached it, which the
+            # suggestion then need not repeat
+            [[str(n)] + rank[0][0](b.pid) + [
+                b.category, where(b.filename, b.lineno, b.function) + (f", inside {_inside(b)}" if b.library else ""),
+                first_line(b.reason),
+                b.suggestion.split(" reached from this line. ", 1)[-1] if b.library else b.suggestion]
              for n, b in enumerate(report.dynamo_breaks, start=1)],
             [3] + rank[2] + [22, 34, 30, 0],
         ))
@@ -105,6 +111,22 @@ def _dynamo(report: Report) -> Section:
         section.notes.append(f"{request.how}() of {request.target} at {where(request.filename, request.lineno, request.function)} "
                              f"compiles nothing of it: Dynamo skips {', '.join(request.skipped)}")
     return section
+
+
+def _inside(row: DynamoBreak) -> str:
+    """The library frame of a break, from its package's directory on (``torch/nn/parallel/distributed.py:1528``)."""
+    path = row.library_filename.replace("\\", "/")
+    cut = path.rfind(f"/{row.library}/")
+    return where(path[cut + 1:] if cut >= 0 else path, row.library_lineno, row.library_function) + (
+        ", expected" if row.expected else "")
+
+
+def _buckets(graph: DynamoGraph) -> str:
+    """``6 (split), cap 1 MiB``: DDPOptimizer's buckets of a graph and the size it cut them at."""
+    if not graph.ddp_buckets:
+        return "-"
+    count = len(graph.ddp_buckets)
+    return f"{count}{' (split)' if count > 1 else ''}, cap {(graph.ddp_bucket_cap_bytes or 0) / 2**20:.3g} MiB"
 
 
 def _known(filename: str, lineno: int) -> bool:

@@ -15,6 +15,12 @@ which then print to the user's stderr; compilation metrics carry no break locati
 wrapper calls the original and records nothing for a graph its backend reported itself.
 Checked on torch 2.8.0, 2.9.0 and 2.15.0 (``call_user_compiler(self, gm, example_inputs)``).
 
+``torch.compile`` of a DDP model (``torch._dynamo.config.optimize_ddp`` on) hands each graph to
+DDPOptimizer's ``compile_fn`` instead of the user's backend: DDPOptimizer cuts the graph into buckets
+of parameters at DDP's bucket size and hands each bucket's submodule to the backend itself. The
+backend is named through it (the one it wraps, as the user named it), and its buckets, which it keeps
+on itself after the call, are recorded as the graph's split (``graph_split``).
+
 Where a recorder wants the TPU view (``capture_hlo``), the wrapper also keeps each graph (a copy of
 its FX graph: inductor's passes rewrite the one it is handed) and its inputs' metadata (shapes,
 dtypes, ``requires_grad``, which are parameters; no data) with the grad mode of the call, for
@@ -39,7 +45,8 @@ from xlabridge.diagnostics._observe.probes import Installation, ProbeInfo, compi
 INFO = ProbeInfo(
     name="dynamo.graphs",
     surface="graphs reported by the xlabridge backend; "
-    "torch._dynamo.output_graph.OutputGraph.call_user_compiler (other backends)",
+    "torch._dynamo.output_graph.OutputGraph.call_user_compiler (other backends); the buckets "
+    "torch._dynamo.backends.distributed.DDPOptimizer keeps after it splits a graph",
     checked="torch 2.8.0, 2.9.0, 2.15.0",
     patch=True,
     why="only a backend receives the FX graph and its compile_subgraph_reason (what explain reads); "
@@ -141,9 +148,31 @@ def record(gm: torch.fx.GraphModule, backend: str) -> None:
     _recorder.safely(INFO.name, "recording a Dynamo graph", _emit, gm, compile_id, backend, time.monotonic())
 
 
+def ddp_optimizer_of(compiler_fn: Any) -> Any:
+    """The DDPOptimizer whose ``compile_fn`` ``compiler_fn`` is (or wraps), else None."""
+    owner = getattr(upstream_torch.original_backend(compiler_fn), "__self__", None)
+    if owner is None or type(owner).__name__ != "DDPOptimizer":  # no import of torch.distributed otherwise
+        return None
+    return owner if isinstance(owner, upstream_torch.ddp_optimizer()) else None
+
+
+def _split(optimizer: Any, compile_id: str, t: float) -> None:
+    buckets = [int(bucket.size) for bucket in getattr(optimizer, "buckets", None) or ()]
+    if not buckets:
+        return
+    _recorder.emit(ev.GraphSplit(
+        **_recorder.stamp(t), compile_id=compile_id, bucket_bytes=buckets,
+        bucket_cap_bytes=int(optimizer.bucket_bytes_cap), first_bucket_cap_bytes=int(optimizer.first_bucket_cap),
+    ))
+
+
 def _backend_name(compiler_fn: Any) -> str:
     """The backend as its user names it: ``inductor`` for ``torch.compile``'s wrapper of it (and
-    ``compiler_name`` of its wrapper of a backend given with options), else its registered name."""
+    ``compiler_name`` of its wrapper of a backend given with options), else its registered name;
+    through DDPOptimizer, the backend it wraps."""
+    optimizer = ddp_optimizer_of(compiler_fn)
+    if optimizer is not None:
+        return _backend_name(optimizer.backend_compile_fn)
     original = upstream_torch.original_backend(compiler_fn)
     original = getattr(original, "compiler_fn", original)
     named = getattr(original, "compiler_name", None)
@@ -162,6 +191,7 @@ def _wrap_call_user_compiler(original: Any) -> Any:
         dynamo_compiles.ensure()
         compile_id, started = current_compile_id(), time.monotonic()
         backend = _recorder.safely(INFO.name, "naming a backend", _backend_name, self.compiler_fn) or "?"
+        optimizer = _recorder.safely(INFO.name, "looking for DDPOptimizer", ddp_optimizer_of, self.compiler_fn)
         _SELF_REPORTED.discard(compile_id)
         _recorder.safely(INFO.name, "keeping a Dynamo graph for the TPU view",
                          lambda: _keep(gm, args[0] if args else kwargs.get("example_inputs", ()), compile_id, backend))
@@ -172,6 +202,8 @@ def _wrap_call_user_compiler(original: Any) -> Any:
                 _SELF_REPORTED.discard(compile_id)
             else:
                 _recorder.safely(INFO.name, "recording a Dynamo graph", lambda: _emit(gm, compile_id, backend, started))
+        if optimizer is not None:  # its buckets are this graph's once its compile_fn returned
+            _recorder.safely(INFO.name, "recording DDPOptimizer's split", _split, optimizer, compile_id, started)
         if backend in compiled_calls.XLA_FRONT_ENDS or not callable(compiled):
             return compiled
         return _recorder.safely(compiled_calls.INFO.name, "timing a compiled graph", compiled_calls.wrap,
