@@ -21,7 +21,7 @@ import pytest
 from tests.pod import _proto_reference
 from xlabridge.pod._hlo_proto import instruction_stacks
 from xlabridge import _optional
-from xlabridge.diagnostics._build.causes import classify_collective
+from xlabridge.diagnostics._build.collective_causes import classify_collective
 from xlabridge.pod import (
     CollectiveKind,
     PartitionedGraph,

@@ -25,7 +25,7 @@ import pytest
 from tests.conftest import requires_xla
 from tests.pod import _proto_reference
 from xlabridge import _optional
-from xlabridge.diagnostics._build.causes import classify_collective
+from xlabridge.diagnostics._build.collective_causes import classify_collective
 from xlabridge.pod import (
     CollectiveKind,
     CompiledModule,

@@ -1,7 +1,7 @@
 """The pod part of a report: XLA graphs a process ran (lazily traced ones too), the collectives
 of each, and differences between processes; built from the events of ``_pod``.
 
-What each collective means (``causes.classify_collective``), which frame is the user's (the
+What each collective means (``collective_causes.classify_collective``), which frame is the user's (the
 process's ``UserCodeRule``) and where a line of Dynamo's generated code came from (``fx_code``
 events: ``<eval_with_key>.N:L`` is mapped to the FX node's stack trace) are decided here, when
 the report is built.
@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._build import causes
+from xlabridge.diagnostics._build import causes, collective_causes
 from xlabridge.diagnostics._frames import UNKNOWN, UserCodeRule
 from xlabridge.diagnostics.report import (
     CollectiveGroup,
@@ -148,7 +148,7 @@ def add_run_graphs(report: Report, pid: int, events: Sequence[ev.Event], rule: U
         graph_line = ev.Frame(row.filename, row.lineno, row.function) if row.lineno else UNKNOWN
         groups: dict[tuple, list] = {}
         for collective in graph.collectives:
-            cause_row = causes.classify_collective(collective, graph)
+            cause_row = collective_causes.classify_collective(collective, graph)
             line = user_frame(rule, fx, collective.stack, collective.source)
             own = line is not UNKNOWN and line.lineno > 0
             groups.setdefault((collective.kind.value, cause_row.category, line if own else graph_line, own),
