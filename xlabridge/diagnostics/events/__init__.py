@@ -42,6 +42,7 @@ from xlabridge.diagnostics.events._base import (
 )
 from xlabridge.diagnostics.events._json import from_dict, to_dict
 from xlabridge.diagnostics.events._log import LogContents, LogWriter, iter_lines, read_log, sums_path, write_log
+from xlabridge.diagnostics.events._host import CollectiveWaits, DistSetup, ExitWork, Exiting, RanksWaited
 from xlabridge.diagnostics.events._lifecycle import Activity, ProcessExit, SignalReceived, Stall, StallEnd, ThreadStack
 from xlabridge.diagnostics.events._types import (
     BridgeGraph,
@@ -84,12 +85,16 @@ __all__ = [
     "BackendCompile",
     "BridgeGraph",
     "CompilePath",
+    "CollectiveWaits",
     "CompiledCalls",
     "CpuNode",
+    "DistSetup",
     "DynamoCompile",
     "EVENT_CLASSES",
     "EagerOps",
     "Ending",
+    "ExitWork",
+    "Exiting",
     "Event",
     "EventType",
     "Frame",
@@ -116,6 +121,7 @@ __all__ = [
     "ProcessEnd",
     "ProcessExit",
     "ProcessStart",
+    "RanksWaited",
     "Recompile",
     "SCHEMA",
     "SegmentKind",

@@ -53,6 +53,11 @@ class EventType(str, enum.Enum):
     STALL_END = "stall_end"
     TORCH_BREAK = "torch_break"
     TRACE_READ = "trace_read"
+    DIST_SETUP = "dist_setup"
+    COLLECTIVE_WAITS = "collective_waits"
+    EXITING = "exiting"
+    EXIT_WORK = "exit_work"
+    RANKS_WAITED = "ranks_waited"
 
 
 class ProbeState(str, enum.Enum):
