@@ -79,6 +79,11 @@ ONE_OF_EACH: list[ev.Event] = [
     ev.Stall(**STAMP, since=10.0, after=2.0, threads=[ev.ThreadStack("MainThread", True, (FRAME,))],
              activities=[ev.Activity(ev.ActivityKind.GRAPH_CALL, "call 57", 3, 9.5, "MainThread")]),
     ev.StallEnd(**STAMP, since=10.0),
+    ev.DistSetup(**STAMP, start=0.2, what="init_process_group", backend="gloo"),
+    ev.CollectiveWaits(**STAMP, op="all_reduce", calls=3, seconds=0.4, spans=[[1.0, 0.1], [1.2, 0.3, 2, 1.9]]),
+    ev.Exiting(**STAMP),
+    ev.ExitWork(**STAMP, start=2.0, what="inductor compile workers", workers=2, jobs=1, created=0.3),
+    ev.RanksWaited(**STAMP, start=0.1, workers=2, state="SUCCEEDED"),
 ]
 
 

@@ -23,7 +23,8 @@ from xlabridge.diagnostics.views._model import (
 if TYPE_CHECKING:
     from xlabridge.diagnostics.report import Finding, Report
 
-_SHARE_WORDS = {"xla_compile": "XLA compile", "cpu_fallback": "CPU fallback", "backend_compile": "backend compile"}
+_SHARE_WORDS = {"xla_compile": "XLA compile", "cpu_fallback": "CPU fallback", "backend_compile": "backend compile",
+                "waiting_for_ranks": "wait for ranks"}
 SHARE_LABELS: tuple[tuple[str, str], ...] = tuple(
     (name, _SHARE_WORDS.get(name, name.replace("_", " "))) for name in TimeSplit.SHARES
 )
