@@ -85,6 +85,11 @@ ONE_OF_EACH: list[ev.Event] = [
     ev.CompileRequest(**STAMP, how="Module.compile", target="Sequential", backend="inductor", code=FRAME,
                       skipped=[FRAME], frames=[FRAME]),
     ev.OptimizerSteps(**STAMP, steps=6, last=12.0, spans=[[10.0, 0.5], [10.5, 1.0, 4, 12.0]]),
+    ev.DistSetup(**STAMP, start=0.2, what="init_process_group", backend="gloo"),
+    ev.CollectiveWaits(**STAMP, op="all_reduce", calls=3, seconds=0.4, spans=[[1.0, 0.1], [1.2, 0.3, 2, 1.9]]),
+    ev.Exiting(**STAMP),
+    ev.ExitWork(**STAMP, start=2.0, what="inductor compile workers", workers=2, jobs=1, created=0.3),
+    ev.RanksWaited(**STAMP, start=0.1, workers=2, state="SUCCEEDED"),
 ]
 
 

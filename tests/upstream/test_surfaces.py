@@ -298,6 +298,11 @@ def _() -> None:
     assert codes["Failed to trace builtin operator"] == "GB0059" and all(c.startswith("GB") for c in codes.values())
 
 
+@case("torch.compiled_autograd_on")
+def _() -> None:
+    assert upstream_torch.compiled_autograd_on() is False
+
+
 @case("torch.structured_trace_on")
 def _() -> None:
     assert isinstance(upstream_torch.structured_trace_on(), bool)

@@ -402,6 +402,38 @@ def inductor_compile_fx() -> ModuleType:
     return compile_fx
 
 
+@surface("torch", "torch._inductor.compile_worker.subproc_pool.SubprocPool", checked=CHECKED,
+         uses=("__init__", "submit", "shutdown"))
+def inductor_subproc_pool() -> type:
+    """Inductor's compile-worker pool (its default ``worker_start_method``, ``subprocess``): a sidecar
+    process running a process pool; ``shutdown`` asks it to stop and waits for it (at exit, from the
+    ``atexit`` handler ``torch._inductor.async_compile`` registers)."""
+    from torch._inductor.compile_worker import subproc_pool
+
+    return subproc_pool.SubprocPool
+
+
+@surface("torch", "torch.autograd.Variable._execution_engine", checked=CHECKED, uses=("queue_callback",))
+def autograd_engine() -> Any:
+    """The autograd engine: ``queue_callback(fn)``, called during a backward pass, runs ``fn`` after
+    the pass's graph has run, with the final callbacks DDP's reducer and FSDP queue there."""
+    import torch
+
+    return torch.autograd.Variable._execution_engine
+
+
+@surface("torch", "torch._dynamo.compiled_autograd.compiled_autograd_enabled", checked=CHECKED)
+def compiled_autograd_on() -> bool:
+    """Whether Dynamo's compiled autograd captures backward passes now (its hooks are traced then)."""
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return False
+    from torch._dynamo import compiled_autograd
+
+    return bool(compiled_autograd.compiled_autograd_enabled)
+
+
 # ---------------------------------------------------------------- the structured trace (TORCH_TRACE)
 
 

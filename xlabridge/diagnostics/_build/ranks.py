@@ -54,6 +54,55 @@ def name(row: Process) -> str:
     return f"rank {row.rank}" if row.rank is not None else f"pid {row.pid}"
 
 
+def helper_parents(by_pid: dict[int, list[ev.Event]]) -> dict[int, int]:
+    """Each helper process and the observed process it belongs to: a Python child started with ``-c``
+    (torch's checks during a compile: ``python -c`` with the rank's environment) by an observed process,
+    folded into the nearest ancestor that is not a helper itself. Spawned workers, scripts and modules
+    (a launcher's ranks) are processes of their own."""
+    starts = {pid: next((e for e in events if isinstance(e, ev.ProcessStart)), None) for pid, events in by_pid.items()}
+    direct = {pid: start.parent_pid for pid, start in starts.items()
+              if start is not None and start.argv_kind == "command" and start.parent_pid in starts
+              and start.parent_pid != pid}
+    parents: dict[int, int] = {}
+    for pid in direct:
+        owner, seen = direct[pid], {pid}
+        while owner in direct and owner not in seen:
+            seen.add(owner)
+            owner = direct[owner]
+        if owner not in direct:
+            parents[pid] = owner
+    return parents
+
+
+def fold_helpers(report: Report, by_pid: dict[int, list[ev.Event]]) -> None:
+    """Helpers out of the time split, the processes and the timeline: their count and seconds go to
+    the process they belong to (their time lies within its time: it waited for them)."""
+    parents = helper_parents(by_pid)
+    if not parents:
+        return
+    splits = {split.pid: split for split in report.time}
+    for helper, parent in parents.items():
+        own = splits.get(helper)
+        owner = splits.get(parent)
+        if owner is not None:
+            owner.helpers += 1
+            owner.helper_seconds += own.wall if own is not None else 0.0
+    report.time = [split for split in report.time if split.pid not in parents]
+    report.processes = [row for row in report.processes if row.pid not in parents]
+    report.timeline = [span for span in report.timeline if span.pid not in parents]
+
+
+def name_launchers(report: Report, by_pid: dict[int, list[ev.Event]]) -> None:
+    """A process whose children are ranks is their launcher, whatever its program was called
+    (``python -m torch.distributed.run`` starts with ``-m`` as its ``argv[0]``)."""
+    parents = {start.parent_pid for events in by_pid.values()
+               for start in (e for e in events if isinstance(e, ev.ProcessStart))
+               if start.rank is not None and start.parent_pid}
+    for row in report.processes:
+        if row.pid in parents and row.rank is None:
+            row.role = Role.LAUNCHER
+
+
 # ---------------------------------------------------------------- what one rank compiled alone
 
 

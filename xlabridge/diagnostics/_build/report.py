@@ -40,6 +40,7 @@ from xlabridge.diagnostics.report import (
     RecompileGroup,
     Report,
     Segment,
+    TimeSplit,
     XlaGraph,
 )
 
@@ -70,6 +71,8 @@ def build_report(events: Iterable[ev.Event], *, running: Collection[int] = ()) -
             report.warnings.append(f"the report of process {pid} is incomplete: its events could not all be read "
                                    f"into it ({type(error).__name__}: {error})")
         builders.append(builder)
+    _ranks.fold_helpers(report, by_pid)
+    _ranks.name_launchers(report, by_pid)
     report.recompile_groups = _group_recompiles(report.recompiles)
     for row in report.processes:
         finding = _endings.ending_finding(row, report.processes)
@@ -127,6 +130,7 @@ class _ProcessBuilder:
         split = _timesplit.split(self.events)
         if split is not None:
             self.report.time.append(split)
+            self._compile_workers(split)
         self._dynamo()
         self._requests()
         self._recompiles()
@@ -136,6 +140,27 @@ class _ProcessBuilder:
         self.report.findings += _endings.stall_findings(self.events, self.rule, index)
         _pod_report.add_run_graphs(self.report, self.pid, self.events, self.rule)
         self._trace_read()
+
+    def _compile_workers(self, split: TimeSplit) -> None:
+        """The exit of inductor's compile-worker pool, as a finding where it costs."""
+        if split.compile_workers_exit < COMPILE_WORKERS_COST:
+            return
+        pools = [e for e in self.of(ev.ExitWork) if e.what != ev.ExitWork.OBSERVER]
+        jobs = sum(p.jobs for p in pools)
+        workers = max((p.workers for p in pools), default=0)
+        # its readiness check is a job of its own: a pool given no more compiled nothing
+        idle = jobs <= len(pools)
+        did = "compiled nothing (every graph came from the cache)" if idle else f"was given {jobs} jobs"
+        self.report.findings.append(Finding(
+            "compile-workers-exit",
+            f"{split.compile_workers_exit:.1f} s at exit shutting down inductor's compile-worker pool "
+            f"({workers} workers), which {did}. Inductor starts the pool when a graph first reaches it and waits for "
+            "it at exit. torch documents TORCHINDUCTOR_COMPILE_THREADS (torch._inductor.config.compile_threads): "
+            "with 1, no pool is started and compiles run in the process, the choice for runs whose graphs come "
+            "from the cache; otherwise start the pool early (torch._inductor.async_compile.AsyncCompile.warm_pool())"
+            " so that its start overlaps the program's own work and is done by exit.",
+            cost_seconds=split.compile_workers_exit, cost="seconds of the process's exit",
+            count=len(pools), pid=self.pid))
 
     def _trace_read(self) -> None:
         """What a process read from torch's structured trace cannot say, and what Dynamo gave up on."""
@@ -435,6 +460,9 @@ TRACE_LIMITS = (
     "lowering breaks of torch_xla (its bridge does not write to the trace: run under `xlabridge report` for them)"
 )
 """What a report read from a trace cannot say, said once as a warning."""
+
+COMPILE_WORKERS_COST = 0.25
+"""Seconds of the compile-worker pool's exit from which it is a finding."""
 
 _PROGRAMS = (ev.SegmentKind.XLA, ev.SegmentKind.COLLECTIVE)
 """Segments compiled as XLA programs (a TorchTPU collective is one of its own)."""

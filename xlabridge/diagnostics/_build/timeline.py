@@ -85,6 +85,20 @@ def spans(events: Sequence[ev.Event], graph_index: dict[int, int]) -> list[Span]
             for begin, seconds, calls, end in decoded(event.spans):
                 add(SpanKind.LAZY, begin, seconds, f"{event.what}()" + (f": {calls} calls" if calls > 1 else ""),
                     calls=calls, until=end if calls > 1 else None)
+        elif isinstance(event, ev.DistSetup):
+            add(SpanKind.PROCESS_GROUP, event.start, event.t - event.start, f"{event.what} {event.backend}".strip())
+        elif isinstance(event, ev.CollectiveWaits):
+            for begin, seconds, calls, end in decoded(event.spans):
+                add(SpanKind.COLLECTIVE, begin, seconds, event.op + (f": {calls} calls" if calls > 1 else ""),
+                    calls=calls, until=end if calls > 1 else None)
+        elif isinstance(event, ev.RanksWaited):
+            add(SpanKind.RANKS, event.start, event.t - event.start, f"waiting for {event.workers} ranks")
+        elif isinstance(event, ev.ExitWork) and event.what != ev.ExitWork.OBSERVER:
+            add(SpanKind.EXIT, event.start, event.t - event.start, f"{event.what} shut down")
+        elif isinstance(event, ev.Exiting):
+            end = next((e for e in reversed(events) if isinstance(e, ev.ProcessEnd)), None)
+            if end is not None and end.t > event.t:
+                add(SpanKind.EXIT, event.t, end.t - event.t, "interpreter exit")
         elif isinstance(event, ev.EagerOps):
             for begin, stop in merged((begin, begin + seconds) for begin, seconds in event.spans):
                 add(SpanKind.EAGER, begin, stop - begin, "eager ops")

@@ -30,6 +30,18 @@ From its events:
   times over the whole observation, less those of the measured calls and, for the calls only
   summed, the last measured call's per call);
 * **CPU-fallback work**: time in the CPU nodes of partitioned graphs during their calls;
+* **process group**: setting up ``torch.distributed`` (``dist_setup`` intervals: the rendezvous with
+  the other ranks and the backend's connections), less the shares above inside them;
+* **collective wait**: the host waiting in collectives (``collective_waits``: blocking
+  ``torch.distributed`` calls, ``Work.wait()``, DDP's collectives at construction, a backward
+  pass's final callbacks where DDP's reducer waits for its all-reduce), outside the shares above;
+  summed calls past the placed ones count in full;
+* **waiting for ranks**: a launcher's agent running its ranks (``ranks_waited``), less imports;
+* **exit**: from the return of the main module (``exiting``) to the end, outside the shares above
+  (threads joined, ``atexit`` handlers: inductor's compile-worker pool shutting down, an
+  ``exit_work`` event, is named apart as ``compile_workers_exit``); where the process that waited
+  for it saw it exit (``process_exit``), the end is that exit, less the observer's own work after
+  the observation (an ``exit_work`` of ``xlabridge``): the interpreter's teardown counts too;
 * **other**: the rest (Python between compiled graphs, lazy tensor tracing, a host read's
   execution of pending lazy work, building a model on the host).
 
@@ -63,10 +75,18 @@ def decoded(spans: Sequence[Sequence[float]]) -> list[tuple[float, float, int, f
     return out
 
 
+OBSERVER = ev.ExitWork.OBSERVER
+
+
+def _observer_work(event: ev.Event) -> bool:
+    return isinstance(event, ev.ExitWork) and event.what == OBSERVER
+
+
 def last_t(events: Sequence[ev.Event]) -> float:
     """The latest time a process's events show it alive: their ``t``, and the ends of summed calls
-    (a ``process_exit`` is written by another process, after this one's end)."""
-    latest = max((e.t for e in events if not isinstance(e, ev.ProcessExit)), default=0.0)
+    (a ``process_exit`` is written by another process, after this one's end; the observer's own work
+    after the observation is not the process's)."""
+    latest = max((e.t for e in events if not isinstance(e, ev.ProcessExit) and not _observer_work(e)), default=0.0)
     for event in events:
         if isinstance(event, (ev.GraphCalls, ev.SyncCalls)):
             latest = max([latest, *(end for _, _, _, end in decoded(event.spans))])
@@ -137,6 +157,7 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
     none (it died, or still runs), to its last event (``None`` without a ``process_start``, and for
     a process read from torch's structured trace, which holds its compilations but not its wall time)."""
     end = next((e for e in reversed(events) if isinstance(e, ev.ProcessEnd)), None)
+    ended = end is not None
     if end is None:
         start = next((e for e in events if isinstance(e, ev.ProcessStart)), None)
         if start is None or any(isinstance(e, ev.TraceRead) for e in events):
@@ -188,15 +209,44 @@ def split(events: Sequence[ev.Event]) -> TimeSplit | None:
         (s, s + d) for e in sync_sums for s, d, n, _ in decoded(e.spans) if n == 1]
     transfers = _transfers(events, called, summed)
     eager = _eager(events, inside_compiled + imports + sync_spans)
-    wall = end.t - end.start
+    elsewhere = imports + inside_compiled + sync_spans
+    setups = spans(ev.DistSetup)
+    process_group = outside(setups, elsewhere)
+    waits = [e for e in events if isinstance(e, ev.CollectiveWaits)]
+    waited = [(s, s + d) for e in waits for s, d, n, _ in decoded(e.spans) if n == 1]
+    unplaced_waits = sum(max(e.seconds - sum(d for _, d, n, _ in decoded(e.spans) if n == 1), 0.0) for e in waits)
+    collective_wait = outside(waited, elsewhere + setups) + unplaced_waits
+    waiting_for_ranks = outside(spans(ev.RanksWaited), imports)
+    finish = _finish(events, end) if ended else end.t
+    exiting = [(e.t, finish) for e in events if isinstance(e, ev.Exiting) and e.t < finish]
+    pools = [e for e in events if isinstance(e, ev.ExitWork) and e.what != OBSERVER]
+    shut = [(e.start, e.t) for e in pools]
+    exit_seconds = outside(exiting + shut, elsewhere + setups + waited)
+    wall = finish - end.start
     xla_compile = sum(e.seconds for e in compiles)
     if not any(e.phase == ev.XlaPhase.OUTSIDE for e in compiles):
         # no end-of-run total of torch_xla's compile time (a process that died, or still runs): the
         # syncs' own compilations are all that is known of the compilations outside compiled graphs
         xla_compile += sum(s.compile_seconds for s in own_syncs) + sum(e.compile_seconds for e in sync_sums)
     shares = dict(imports=length(imports), tracing=tracing, backend_compile=backend_compile, xla_compile=xla_compile,
-                  execution=execution, lazy=max(lazy, 0.0), eager=eager, transfers=transfers, cpu_fallback=cpu)
-    return TimeSplit(pid=end.pid, wall=wall, other=wall - sum(shares.values()), **shares)
+                  execution=execution, lazy=max(lazy, 0.0), eager=eager, transfers=transfers, cpu_fallback=cpu,
+                  process_group=process_group, collective_wait=collective_wait, waiting_for_ranks=waiting_for_ranks,
+                  exit=exit_seconds)
+    return TimeSplit(pid=end.pid, wall=wall, other=wall - sum(shares.values()),
+                     compile_workers_exit=outside(shut, elsewhere + setups + waited), **shares)
+
+
+def _finish(events: Sequence[ev.Event], end: ev.ProcessEnd) -> float:
+    """The end of the process's time: its observation's end, or, for a process that ended observed
+    (an ``exit`` ending) and whose exit the process that waited for it saw, that exit less the
+    observer's own work after the observation."""
+    exited = next((e for e in reversed(events) if isinstance(e, ev.ProcessExit)), None)
+    if exited is None or end.ending != ev.Ending.EXIT or exited.t <= end.t:
+        return end.t
+    if not any(_observer_work(e) for e in events):
+        return end.t  # a log that does not time the observer's own end work cannot tell the teardown from it
+    own = sum(e.t - e.start for e in events if _observer_work(e))
+    return max(end.t, exited.t - own)
 
 
 def _eager(events: Sequence[ev.Event], elsewhere: list[Interval]) -> float:

@@ -95,6 +95,8 @@ def observe_until_exit(directory: str, *, capture_hlo: bool = False, pod: bool =
             _recorder.safely(_pod.INFO.name, "checking for SPMD", _pod.hint, recorder)
         _session.stop(recorder, ended=stamp, ending=ev.Ending.EXIT, exception=exception, frames=frames)
         _recorder.safely("signals", "handing the signals back", _ending.uninstall)
+        # the observer's own work since the observation ended: not the process's exit (the time split)
+        recorder.add(ev.ExitWork(**_recorder.stamp(), start=stamp["t"], what=ev.ExitWork.OBSERVER))
         _recorder.safely("diagnostics", "closing the event log", recorder.close)
         _recorder.safely("diagnostics", "writing xlabridge's rows into torch's trace", _write_trace_rows, recorder,
                          writers)

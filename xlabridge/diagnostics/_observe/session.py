@@ -43,6 +43,8 @@ def start(recorder: _recorder.Recorder, *, selftest_run: bool = True, stall_afte
         **stamp, wall_time=_wall_time(), environment=_recorder.safely(
             "environment", "reading the environment", _environment.environment) or {},
         framework_paths=_frames.framework_paths(), main_file=_frames.program_file(), run_id=run_id,
+        parent_pid=_parent_pid(), argv_kind=_recorder.safely("environment", "reading how Python was started",
+                                                             argv_kind) or "",
     ))
     _recorder.progress(stamp["t"])
     _baselines[id(recorder)] = (stamp["t"], xla_metrics.Snapshot.take(), xla_eager.Baseline())
@@ -152,6 +154,41 @@ def _apply_selftest() -> None:
     for probe, missing in result.items():
         if missing and probe in infos:
             registry.silent(infos[probe], f"the probe self-test saw {missing} (cached in {_selftest.path})")
+
+
+def _parent_pid() -> int | None:
+    import os
+
+    return os.getppid() if hasattr(os, "getppid") else None
+
+
+def argv_kind(argv: list[str] | None = None) -> str:
+    """How the interpreter was started, from its command line (``sys.orig_argv``): ``script``,
+    ``module``, ``command``, ``multiprocessing`` (its spawn or forkserver children run a ``-c`` command
+    and carry ``--multiprocessing-fork``), ``stdin`` or empty where unknown."""
+    import sys
+
+    argv = list(getattr(sys, "orig_argv", []) if argv is None else argv)
+    if not argv:
+        return ""
+    if "--multiprocessing-fork" in argv or any("from multiprocessing" in arg for arg in argv):
+        return "multiprocessing"
+    options_with_value = {"-W", "-X", "-Q"}
+    rest = iter(argv[1:])
+    for arg in rest:
+        if arg == "-c" or (arg.startswith("-c") and not arg.startswith("--")):
+            return "command"
+        if arg == "-m" or (arg.startswith("-m") and not arg.startswith("--")):
+            return "module"
+        if arg in options_with_value:
+            next(rest, None)
+            continue
+        if arg == "-":
+            return "stdin"
+        if arg.startswith("-"):
+            continue
+        return "script"
+    return "stdin"
 
 
 def _wall_time() -> float:

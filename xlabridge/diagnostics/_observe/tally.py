@@ -106,3 +106,24 @@ class SyncSums(Tally):
         return ev.SyncCalls(**stamp, site=self.site, what=self.what, frames=list(self.frames), calls=self.calls,
                             seconds=self.seconds, compiles=self.compiles, compile_seconds=self.compile_seconds,
                             spans=self.spans.encoded())
+
+
+class CollectiveSums(Tally):
+    """The host's waits in one kind of collective call."""
+
+    __slots__ = ("op", "calls", "seconds", "spans")
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.calls = 0
+        self.seconds = 0.0
+        self.spans = Spans()
+
+    def add(self, start: float, seconds: float) -> None:
+        self.calls += 1
+        self.seconds += seconds
+        self.spans.add(start, seconds)
+
+    def event(self, stamp: dict[str, Any]) -> ev.CollectiveWaits:
+        return ev.CollectiveWaits(**stamp, op=self.op, calls=self.calls, seconds=self.seconds,
+                                  spans=self.spans.encoded())

@@ -42,6 +42,7 @@ from xlabridge.diagnostics.events._base import (
 )
 from xlabridge.diagnostics.events._json import from_dict, to_dict
 from xlabridge.diagnostics.events._log import LogContents, LogWriter, iter_lines, read_log, sums_path, write_log
+from xlabridge.diagnostics.events._host import CollectiveWaits, DistSetup, ExitWork, Exiting, RanksWaited
 from xlabridge.diagnostics.events._lifecycle import Activity, ProcessExit, SignalReceived, Stall, StallEnd, ThreadStack
 from xlabridge.diagnostics.events._training import CompileRequest, OptimizerSteps
 from xlabridge.diagnostics.events._types import (
@@ -85,16 +86,20 @@ __all__ = [
     "ActivityKind",
     "BackendCompile",
     "BridgeGraph",
+    "CollectiveWaits",
     "CompilePath",
     "CompileRequest",
     "CompiledCalls",
     "CpuNode",
+    "DistSetup",
     "DynamoCompile",
     "EVENT_CLASSES",
     "EagerOps",
     "Ending",
     "Event",
     "EventType",
+    "ExitWork",
+    "Exiting",
     "Frame",
     "FxCode",
     "FxLine",
@@ -121,6 +126,7 @@ __all__ = [
     "ProcessEnd",
     "ProcessExit",
     "ProcessStart",
+    "RanksWaited",
     "Recompile",
     "SCHEMA",
     "SegmentKind",

@@ -56,6 +56,11 @@ class EventType(str, enum.Enum):
     COMPILE_REQUEST = "compile_request"
     OPTIMIZER_STEPS = "optimizer_steps"
     GRAPH_SPLIT = "graph_split"
+    DIST_SETUP = "dist_setup"
+    COLLECTIVE_WAITS = "collective_waits"
+    EXITING = "exiting"
+    EXIT_WORK = "exit_work"
+    RANKS_WAITED = "ranks_waited"
 
 
 class ProbeState(str, enum.Enum):

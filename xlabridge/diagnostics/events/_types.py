@@ -22,6 +22,7 @@ from xlabridge.diagnostics.events._base import (
     SegmentKind,
     XlaPhase,
 )
+from xlabridge.diagnostics.events._host import CollectiveWaits, DistSetup, ExitWork, Exiting, RanksWaited
 from xlabridge.diagnostics.events._lifecycle import ProcessExit, SignalReceived, Stall, StallEnd
 from xlabridge.diagnostics.events._training import CompileRequest, OptimizerSteps
 
@@ -42,6 +43,10 @@ class ProcessStart(Event):
     main_file: str | None = _field("the ``__main__`` script, user code wherever it lies", None)
     run_id: str = _field("the run it belongs to: set by ``xlabridge report`` for every process of its command "
                          "(``XLABRIDGE_RUN_ID``), so that logs of two runs in one directory are told apart", "")
+    parent_pid: int | None = _field("the process that started this one (``os.getppid()`` at start)", None)
+    argv_kind: str = _field("how the interpreter was started: ``script`` (a file), ``module`` (``-m``), ``command`` "
+                            "(``-c``), ``multiprocessing`` (a spawned or forkserver child), ``stdin`` or empty "
+                            "(unknown); a ``command`` child of an observed process is its helper", "")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -485,6 +490,7 @@ EVENT_CLASSES: dict[EventType, type[Event]] = {
         TpuCompiled, TpuPass, Imported, Sync, EagerOps,
         LazyGraphSeen, LazyRuns, GraphCollectives, FxCode, FxProgram, TpuSlice, BackendCompile, CompiledCalls,
         SyncCalls, SignalReceived, ProcessExit, Stall, StallEnd, CompileRequest, OptimizerSteps, GraphSplit,
+        DistSetup, CollectiveWaits, Exiting, ExitWork, RanksWaited,
     )
 }
 assert set(EVENT_CLASSES) == set(EventType), "every event type has its class"

@@ -235,8 +235,9 @@ class Finding:
                        "``compiled-before-observation``, ``tpu-does-not-fit``, ``tpu-refused``, "
                        "``avoidable-collective``, ``divergence``, ``uneven-compile``, ``stall``, ``process-ended``, ``compile-failure`` (a frame Dynamo gave "
                        "up on, read from a trace), ``ddp-split`` (DDPOptimizer split a graph at DDP's buckets), "
-                       "``compile-skipped`` (a request to compile whose code Dynamo skips); read from compiled TPU "
-                       "programs (``compiled_for``): ``tpu-padding``, ``tpu-f32-matmul``, ``tpu-copy``, ``tpu-hbm``, "
+                       "``compile-skipped`` (a request to compile whose code Dynamo skips), ``compile-workers-exit`` "
+                       "(inductor's compile-worker pool shutting down at exit); read from compiled TPU programs "
+                       "(``compiled_for``): ``tpu-padding``, ``tpu-f32-matmul``, ``tpu-copy``, ``tpu-hbm``, "
                        "``tpu-uncosted``")
     message: str = _field("what it means and what to do")
     graph: int | None = _field("``XlaGraph.index`` it is about, if any", None)
@@ -286,8 +287,25 @@ class TimeSplit:
                                     "generation, C++/Triton compile, autotuning, its compile workers), apart from "
                                     "Dynamo's and AOTAutograd's tracing", 0.0)
 
-    SHARES = ("imports", "tracing", "backend_compile", "xla_compile", "execution", "lazy", "eager", "transfers",
-              "cpu_fallback",
+    process_group: float = _field("setting up ``torch.distributed``: ``init_process_group``, ``new_group``, "
+                                  "``init_device_mesh`` (the rendezvous with the other ranks), less the shares above "
+                                  "inside them", 0.0)
+    collective_wait: float = _field("the host waiting in collectives: ``torch.distributed``'s blocking calls, "
+                                    "``Work.wait()``, DDP's collectives at construction, a backward pass's final "
+                                    "callbacks (DDP's wait for its gradients' all-reduce, FSDP's for its "
+                                    "reduce-scatter); on a GPU only what blocks the host", 0.0)
+    waiting_for_ranks: float = _field("a launcher (torchrun) running its ranks and waiting for them", 0.0)
+    exit: float = _field("the interpreter's exit, from the return of the program's main module: threads joined, "
+                         "``atexit`` handlers (inductor's compile-worker pool shut down, ``compile_workers_exit``), "
+                         "and, where the process that waited for it saw it exit, the interpreter's teardown after "
+                         "the observation ended (the observer's own work there left out)", 0.0)
+    compile_workers_exit: float = _field("of ``exit``: inductor's compile-worker pool shutting down", 0.0)
+    helpers: int = _field("helper processes folded into this one: Python children it started with ``-c`` "
+                          "(torch's checks during a compile), run within its time and not listed apart", 0)
+    helper_seconds: float = _field("the helpers' own observed seconds, summed (within this process's wall)", 0.0)
+
+    SHARES = ("imports", "process_group", "tracing", "backend_compile", "xla_compile", "execution", "lazy", "eager",
+              "transfers", "cpu_fallback", "collective_wait", "waiting_for_ranks", "exit",
               "other")
 
     def shares(self) -> dict[str, float]:

@@ -33,6 +33,14 @@ class SpanKind(str, enum.Enum):
     """Host-device transfers outside compiled graphs and syncs."""
     EAGER = "eager"
     """An op run in torch_xla's eager mode (its own XLA computation) executing."""
+    PROCESS_GROUP = "process-group"
+    """Setting up ``torch.distributed`` (``init_process_group``, ``new_group``, ``init_device_mesh``)."""
+    COLLECTIVE = "collective-wait"
+    """The host waiting in a collective (a blocking call, ``Work.wait()``, DDP's reducer at a backward's end)."""
+    RANKS = "waiting-for-ranks"
+    """A launcher running its ranks and waiting for them."""
+    EXIT = "exit"
+    """The interpreter exiting: threads joined, ``atexit`` handlers, teardown."""
 
 
 @dataclasses.dataclass

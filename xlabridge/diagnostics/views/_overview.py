@@ -23,7 +23,8 @@ from xlabridge.diagnostics.views._model import (
 if TYPE_CHECKING:
     from xlabridge.diagnostics.report import Finding, Report
 
-_SHARE_WORDS = {"xla_compile": "XLA compile", "cpu_fallback": "CPU fallback", "backend_compile": "backend compile"}
+_SHARE_WORDS = {"xla_compile": "XLA compile", "cpu_fallback": "CPU fallback", "backend_compile": "backend compile",
+                "waiting_for_ranks": "wait for ranks"}
 SHARE_LABELS: tuple[tuple[str, str], ...] = tuple(
     (name, _SHARE_WORDS.get(name, name.replace("_", " "))) for name in TimeSplit.SHARES
 )
@@ -41,6 +42,10 @@ SHARE_OF_KIND: dict[str, str] = {
     SpanKind.LAZY.value: "lazy",
     SpanKind.TRANSFER.value: "transfers",
     SpanKind.EAGER.value: "eager",
+    SpanKind.PROCESS_GROUP.value: "process_group",
+    SpanKind.COLLECTIVE.value: "collective_wait",
+    SpanKind.RANKS.value: "waiting_for_ranks",
+    SpanKind.EXIT.value: "exit",
 }
 """The share of the time split that each kind of span is a part of (tracing: Dynamo and the bridge)."""
 SHARE_LABEL_OF_KIND: dict[str, str] = {kind: dict(SHARE_LABELS)[share] for kind, share in SHARE_OF_KIND.items()}
@@ -57,6 +62,10 @@ KIND_COLOURS: dict[str, str] = {
     SpanKind.LAZY.value: "#76b7b2",
     SpanKind.TRANSFER.value: "#59a14f",
     SpanKind.EAGER.value: "#ff9da7",
+    SpanKind.PROCESS_GROUP.value: "#8cd17d",
+    SpanKind.COLLECTIVE.value: "#499894",
+    SpanKind.RANKS.value: "#79706e",
+    SpanKind.EXIT.value: "#d4a6c8",
 }
 """One colour per kind of span (and per share of the time split, through ``SHARE_OF_KIND``)."""
 OTHER_COLOUR = "#bab0ac"

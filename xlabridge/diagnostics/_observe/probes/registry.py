@@ -19,12 +19,16 @@ from xlabridge.diagnostics._observe.probes import (
     Status,
     status as _status,
     compile_requests,
+    compile_workers,
     compiled_calls,
+    distributed,
     dynamo_breaks,
     dynamo_compiles,
     dynamo_graphs,
+    interpreter_exit,
     imports,
     inductor,
+    launcher,
     torchtpu,
     xla_bridge,
     xla_eager,
@@ -37,11 +41,12 @@ PROBES: tuple[ProbeInfo, ...] = (
     imports.INFO, compile_requests.INFO, dynamo_compiles.INFO, dynamo_graphs.INFO,
     dynamo_breaks.INFO, compiled_calls.INFO, inductor.INFO,
     xla_helper.INFO, xla_bridge.INFO, xla_sync.INFO, xla_metrics.INFO, xla_eager.INFO, torchtpu.INFO,
+    distributed.INFO, launcher.INFO, compile_workers.INFO, interpreter_exit.INFO,
 )
 """Every probe, in the order the report lists them."""
 
 _INSTALLED_AT_START = (imports, compile_requests, dynamo_compiles, dynamo_graphs, dynamo_breaks, inductor, xla_helper,
-                       xla_sync, torchtpu)
+                       xla_sync, torchtpu, distributed, launcher, compile_workers, interpreter_exit)
 """Probes installed when observation starts, in this order (the sync and TorchTPU probes wait on the
 import probe's hook); the bridge's are installed per extraction."""
 

@@ -30,6 +30,15 @@ from xlabridge.diagnostics import events as ev
 
 TIMEOUT_SECONDS = 300
 
+NOT_IN_SELFTEST = {
+    "torch.distributed": "needs a process group of several ranks",
+    "torch.distributed.launcher": "needs torchrun's agent and its ranks",
+    "inductor.compile_workers": "needs inductor's compile-worker pool (Triton, several compile threads)",
+    "python.exit": "fires when an observed interpreter exits, after the observation of the self-test's program",
+}
+"""Probes the self-test's program cannot fire, and why: they are never marked silent by it (the tests of
+torchrun jobs and of exits check them)."""
+
 
 def expectations(
     events: Sequence[ev.Event], *, with_xla: bool, imported_xla: bool = True, with_torchtpu: bool = False
