@@ -76,7 +76,14 @@ def _run(config: str, cache: Path, work: Path, nproc: int, backend: str, steps: 
                                   "process_group": round(clock["pg"] - clock["imported"], 3)}
         processes.append(entry)
     processes.sort(key=lambda e: (e["process"] != "launcher", e["process"]))
+    graphs = {}
+    for graph in report["dynamo"]["graphs"]:
+        rank = rows.get(graph["pid"], {}).get("rank")
+        graphs[f"rank {rank}"] = graphs.get(f"rank {rank}", 0) + 1
+    requests = sorted({(r["how"], r["target"], r["compiles_nothing"]) for r in report["dynamo"].get("requests", [])})
     return {"command_seconds": round(seconds, 2), "processes": processes,
+            "dynamo_graphs": graphs, "breaks": len(report["dynamo"]["breaks"]),
+            "requests": [{"how": how, "target": target, "compiles_nothing": nothing} for how, target, nothing in requests],
             "findings": sorted({f["kind"] for f in report["findings"]})}
 
 
