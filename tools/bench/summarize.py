@@ -192,6 +192,28 @@ def _gpu_report_check(data: dict) -> list[str]:
     ]
 
 
+def _torchrun_shares(data: dict) -> list[str]:
+    rows = []
+    for run, result in data["runs"].items():
+        if "error" in result:
+            rows.append([run, "error", "-", "-", "-"])
+            continue
+        for entry in result["processes"]:
+            shares = entry["shares"]
+            # shares only: the compile workers' exit lies within "exit", helper seconds within the process
+            big = sorted(((v, k) for k, v in shares.items() if k not in ("other", "helper_seconds", "compile_workers_exit")),
+                         reverse=True)[:2]
+            rows.append([run, entry["process"], _s(entry["wall"]), f"{100 * (entry['other_fraction'] or 0):.1f}%",
+                         ", ".join(f"{k.replace('_', ' ')} {_s(v)}" for v, k in big)])
+    note = f" ({data['card_note']})" if data.get("card_note") else ""
+    return [
+        f"Ran on {data['device']}{note}; torch {data['torch']}; {data['nproc']} ranks; backend {data['backend']}; "
+        f"{data['steps']} steps. Cold: a fresh inductor cache; warm: the same job again with it.",
+        "",
+        *_table(["job", "process", "wall", "other", "largest shares"], rows),
+    ]
+
+
 def _pod_capture_overhead(data: dict) -> list[str]:
     rows = [[name, _x(c["steady_ratio"]), _x(c["first_ratio"])] for name, c in data["configurations"].items()]
     return [
@@ -592,6 +614,18 @@ BENCHMARKS = (
               "backend compile fit within the first step (at least 60% of it), execution is at least half the later "
               "steps, the backend is named `inductor` and the timeline has backend-compile, execute and device lanes.",
               _gpu_report_check),
+    Benchmark("gpu_report_check_warm.json", "tools/bench/check_gpu_report.py --json (again, same inductor cache)",
+              "The report of a warm-cache GPU training loop",
+              "The same loop run a second time with the first run's inductor cache: every graph comes from the cache, "
+              "so the process's time is imports, tracing, execution and exit (inductor's compile-worker pool).",
+              _gpu_report_check),
+    Benchmark("torchrun_shares.json", "tools/bench/torchrun_shares.py --nproc 2", "torchrun DDP and FSDP2 on GPUs, rank by rank",
+              "A DDP job (the model compiled whole) and an FSDP2 job (each block compiled with `Module.compile()`, then "
+              "sharded) under `xlabridge report`, `torchrun --standalone --nproc_per_node 2` with NCCL, cold and warm "
+              "inductor caches: each process's \"other\" share and its largest shares.", _torchrun_shares),
+    Benchmark("torchrun_shares_cpu.json", "tools/bench/torchrun_shares.py --nproc 2 (no GPU)",
+              "torchrun DDP and FSDP2 on the CPU, rank by rank",
+              "The same jobs with gloo on this machine's CPU.", _torchrun_shares),
     Benchmark("torch_xla_examples.json", "tools/torch_xla_examples/summarize.py", "torch_xla's own examples",
               "torch_xla's example scripts run unmodified under `xlabridge report --tpu v5e:2x2`: whether every "
               "row names a user line, the \"other\" share, and their TPU view at their own size.",
