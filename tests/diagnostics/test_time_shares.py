@@ -3,7 +3,7 @@ inductor, cold caches), of a single-process inductor loop with warm caches, and 
 starts helpers.
 
 Each configuration runs once (module-scoped) under ``xlabridge report``; its shares are checked against
-the scripts' own clocks (``tests/pod/_train_dist.py`` writes each rank's) and against the wall measured
+the scripts' own clocks (``xlabridge/examples/torchrun_train.py`` writes each rank's) and against the wall measured
 from outside the process (``_outside.py``: the parent's time around it), and "other" is at most 10% of
 each rank's wall (issue 32's goal). The process-group share is the time inside ``init_process_group``;
 the script's clock brackets that call and ``dist.get_rank()`` only, on the same host clock, so the two
@@ -52,7 +52,7 @@ def _torchrun(tmp_path_factory, mode: str, *extra: str) -> dict:
     clock = tmp / "clock"
     report = _report(tmp, [sys.executable, str(HERE / "_outside.py"), str(tmp / "outside.json"), sys.executable,
                            "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(REPO / "tests" / "pod" / "_train_dist.py"), "--mode", mode, "--backend", "inductor",
+                           str(REPO / "xlabridge" / "examples" / "torchrun_train.py"), "--mode", mode, "--backend", "inductor",
                            "--out", str(clock), *extra])
     clocks = {r: json.loads(Path(f"{clock}.rank{r}.json").read_text()) for r in (0, 1)}
     return {"report": report, "clocks": clocks, "outside": json.loads((tmp / "outside.json").read_text()),

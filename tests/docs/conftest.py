@@ -52,6 +52,8 @@ def _argv(command: str, scratch: Path) -> list[str]:
     for word in words:
         if word == "python":
             word = sys.executable
+        elif word == "torchrun":  # torch's launcher, installed beside this Python
+            word = str(Path(sys.executable).with_name("torchrun"))
         elif previous in _OUTPUT_FLAGS:
             word = str(scratch / word)
         argv.append(word)

@@ -2,7 +2,7 @@
 ``xlabridge report``, with torch's own per-rank logs and the job's own clock and output as references.
 
 * One rank alone takes a branch on a host read inside the compiled forward from step 3 on
-  (``_train_dist.py --uneven-rank 1``): torch's ``TORCH_LOGS=recompiles,graph_breaks`` of that rank
+  (``torchrun_train.py --uneven-rank 1``): torch's ``TORCH_LOGS=recompiles,graph_breaks`` of that rank
   log the recompile and the break, the other rank's log neither; the report names that rank, the
   line and the step, and says what the other rank did meanwhile. Every rank's loss and final
   parameters are bitwise those of the job run without xlabridge.
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(__file__).with_name("_train_dist.py")
+SCRIPT = Path(__file__).resolve().parents[2] / "xlabridge" / "examples" / "torchrun_train.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 STEPS = 6
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not i
 
 
 def _line(marker: str) -> int:
-    """The line of ``_train_dist.py`` holding ``marker``: the script's own source as the reference."""
+    """The line of ``torchrun_train.py`` holding ``marker``: the script's own source as the reference."""
     return next(n for n, text in enumerate(SCRIPT.read_text().splitlines(), start=1) if marker in text)
 
 
@@ -71,8 +71,8 @@ def _logged(stderr: str, rank: int, what: str) -> list[int]:
     lines = [line for line in stderr.splitlines() if line.startswith(f"[rank{rank}]:")]
     text = "\n".join(lines)
     if what == "graph_breaks":
-        return [int(n) for n in re.findall(r"Graph break in user code at \S*_train_dist\.py:(\d+)", text)]
-    return [int(n) for n in re.findall(r"Recompiling function \S+ in \S*_train_dist\.py:(\d+)", text)]
+        return [int(n) for n in re.findall(r"Graph break in user code at \S*torchrun_train\.py:(\d+)", text)]
+    return [int(n) for n in re.findall(r"Recompiling function \S+ in \S*torchrun_train\.py:(\d+)", text)]
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from tests.tpu import _hlo_proto
 from xlabridge.diagnostics import events
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tests" / "pod" / "_train_dist.py"
+SCRIPT = ROOT / "xlabridge" / "examples" / "torchrun_train.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 pytestmark = pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside this Python")

@@ -1,6 +1,6 @@
 """Each rank's time split of torchrun DDP and FSDP2 jobs, cold and warm inductor caches, and its "other".
 
-Runs ``tests/pod/_train_dist.py`` under ``xlabridge report --json`` with ``torchrun --standalone
+Runs ``xlabridge/examples/torchrun_train.py`` under ``xlabridge report --json`` with ``torchrun --standalone
 --nproc_per_node N``: DDP (the model compiled whole) and FSDP2 (each block compiled, then sharded),
 each first with a fresh ``TORCHINDUCTOR_CACHE_DIR`` (cold) and then again with the same one (warm).
 NCCL on GPUs where CUDA has at least N of them, gloo on the CPU otherwise (the script picks). Writes
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "tests" / "pod" / "_train_dist.py"
+SCRIPT = REPO / "xlabridge" / "examples" / "torchrun_train.py"
 CONFIGS = {"ddp": ["--mode", "ddp"], "fsdp2": ["--mode", "fsdp2", "--compile", "blocks"]}
 
 

@@ -243,6 +243,8 @@ _KIND_WORDS = {
     "trace": "Dynamo compilations", "backend-compile": "backend compiles", "execute": "compiled graphs' calls",
     "import": "imports", "collective": "collectives (waiting for the others)", "device": "the device's work",
     "xla-compile": "XLA compilation", "lazy": "torch_xla.sync()",
+    "collective-wait": "collectives, waiting for the others", "process-group": "process-group setup",
+    "exit": "its exit",
 }
 
 

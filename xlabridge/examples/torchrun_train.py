@@ -1,14 +1,21 @@
-"""A small training job as ``torchrun`` launches it, for the tests of reports on distributed runs.
+"""A small training job as ``torchrun`` launches it: DDP or FSDP2, compiled whole or block by block.
 
-DDP or FSDP2 (``fully_shard`` per block, then the model), the model compiled whole
-(``torch.compile(DDP(model))``) or per block (``block.compile()``, the FSDP2 recipe), gloo on the
-CPU and NCCL on GPUs. ``--uneven-rank R``: from step 3 on, rank R alone takes a branch on a host
-read (``.item()``) inside the compiled forward, so it recompiles and breaks where the others do not.
-``--die R:S``: rank R kills itself with SIGKILL at step S (torchrun then tears the others down).
-``--slow R:S``: rank R sleeps ``--slow-seconds`` before step S's forward while the others wait for it in
-the step's all-reduce of the loss (``--mean-loss``: every rank all-reduces its loss each step, as a
-training log does). ``--out PREFIX`` writes each rank's own clock (start, after imports, after the process group, each
-step, end), its last loss and a digest of its final parameters to ``PREFIX.rank<R>.json``.
+The two ways people compile a distributed model: DDP with the model compiled whole
+(``torch.compile(DDP(model))``, as torch's DDP tutorial has it) and FSDP2 with each block compiled
+(``block.compile()``) and then sharded (``fully_shard``, as torchtitan does). gloo on the CPU, NCCL
+on GPUs. Options that plant what goes wrong in real jobs:
+
+* ``--uneven-rank R``: from step 3 on, rank R alone takes a branch on a host read (``.item()``)
+  inside the compiled forward, so it recompiles and breaks where the others do not, and they wait;
+* ``--die R:S``: rank R is killed (SIGKILL, as the OOM killer does) at step S; torchrun ends the rest;
+* ``--slow R:S``: rank R stalls ``--slow-seconds`` before step S while the others wait for it
+  (``--mean-loss``: every rank all-reduces its loss each step, as a training log does).
+
+``--out PREFIX`` writes each rank's own clock (start, after imports, after the process group, each
+step, end), its last loss and a digest of its final parameters to ``PREFIX.rank<R>.json``::
+
+    torchrun --standalone --nproc_per_node=2 -m xlabridge.examples.torchrun_train --uneven-rank 1
+    xlabridge report -- torchrun --standalone --nproc_per_node=2 -m xlabridge.examples.torchrun_train --uneven-rank 1
 """
 import argparse, hashlib, json, os, signal, time
 t_start = time.time()
