@@ -11,7 +11,6 @@ compiled, not run.
 from __future__ import annotations
 
 import inspect
-import math
 
 import pytest
 
@@ -56,16 +55,7 @@ def attention(tmp_path_factory):
 
 def test_torchtpu_attention_copies_and_f32_matmuls_equal_libtpu_s_program(attention):
     result, computations = attention
-    names = {row["name"]: row for row in computations["ENTRY"]}
-    copies = []
-    for row in computations["ENTRY"]:
-        if row["opcode"] not in ("copy", "transpose", "copy-start"):
-            continue
-        out = row["shape"]["tuple"][0] if row["shape"]["tuple"] else row["shape"]
-        source = names[row["operands"][0]]["shape"]
-        if row["opcode"] == "transpose" or (out["minor_to_major"], out["tiles"][:1]) != (
-                source["minor_to_major"], source["tiles"][:1]):
-            copies.append(math.prod(_hlo_proto.padded_dims(out)) * _hlo_proto.ELEMENT_BYTES[out["element_type"]])
+    copies = _hlo_proto.layout_copies(computations["ENTRY"])
     found = {f.kind: f for f in tpu.findings(result)}
     if copies:
         assert (found[tpu.TpuFindingKind.COPY].count, found[tpu.TpuFindingKind.COPY].bytes) == (len(copies), sum(copies))

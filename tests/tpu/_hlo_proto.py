@@ -223,3 +223,21 @@ def padded_dims(array: dict) -> list[int]:
         for extent, dim in zip(reversed(array["tiles"][0]), array["minor_to_major"]):
             dims[dim] = -(-dims[dim] // extent) * extent
     return dims
+
+
+def layout_copies(entry: list[dict]) -> list[int]:
+    """The bytes of each layout copy and transpose in an entry computation's rows: a transpose, or a
+    copy whose result's layout (minor-to-major order, first tile) differs from its operand's."""
+    import math
+
+    names = {row["name"]: row for row in entry}
+    copies = []
+    for row in entry:
+        if row["opcode"] not in ("copy", "transpose", "copy-start"):
+            continue
+        out = row["shape"]["tuple"][0] if row["shape"]["tuple"] else row["shape"]
+        source = names[row["operands"][0]]["shape"]
+        if row["opcode"] == "transpose" or (out["minor_to_major"], out["tiles"][:1]) != (
+                source["minor_to_major"], source["tiles"][:1]):
+            copies.append(math.prod(padded_dims(out)) * ELEMENT_BYTES[out["element_type"]])
+    return copies

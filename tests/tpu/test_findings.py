@@ -147,16 +147,7 @@ def test_f32_matmuls_are_found_at_their_precision_and_autocast_removes_them(comp
 def test_layout_copies_of_an_attention_are_counted_with_their_bytes(compiled):
     result, computations, _ = compiled["attention"]
     (finding,) = _of(result, tpu.TpuFindingKind.COPY)
-    names = {row["name"]: row for row in computations["ENTRY"]}
-    copies = []
-    for row in computations["ENTRY"]:
-        if row["opcode"] not in ("copy", "transpose", "copy-start"):
-            continue
-        out = row["shape"]["tuple"][0] if row["shape"]["tuple"] else row["shape"]
-        source = names[row["operands"][0]]["shape"]
-        if row["opcode"] == "transpose" or (out["minor_to_major"], out["tiles"][:1]) != (
-                source["minor_to_major"], source["tiles"][:1]):
-            copies.append(math.prod(_hlo_proto.padded_dims(out)) * _hlo_proto.ELEMENT_BYTES[out["element_type"]])
+    copies = _hlo_proto.layout_copies(computations["ENTRY"])
     assert finding.count == len(copies) > 0 and finding.bytes == sum(copies)
     _placed_as_in_the_reference(finding, computations)
 

@@ -103,18 +103,22 @@ def _collective(op: str) -> Any:
                 return original(*args, **kwargs)
             if kwargs.get("async_op") or (position is not None and len(args) > position and args[position]):
                 return original(*args, **kwargs)
-            start = time.monotonic()
-            _STATE.depth += 1
-            try:
-                return original(*args, **kwargs)
-            finally:
-                _STATE.depth -= 1
-                end = time.monotonic()
-                _recorder.safely(INFO.name, "recording a collective", _record, op, start, end)
+            return _timed(op, original, *args, **kwargs)
 
         return call
 
     return wrap
+
+
+def _timed(op: str, original: Any, *args: Any, **kwargs: Any) -> Any:
+    """``original(*args, **kwargs)``, its host time recorded as a wait in ``op`` (nested calls not again)."""
+    start = time.monotonic()
+    _STATE.depth += 1
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _STATE.depth -= 1
+        _recorder.safely(INFO.name, "recording a collective wait", _record, op, start, time.monotonic())
 
 
 def _wait(original: Any) -> Any:
@@ -122,14 +126,7 @@ def _wait(original: Any) -> Any:
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling() or not _recorder.active() or _STATE.depth:
             return original(self, *args, **kwargs)
-        start = time.monotonic()
-        _STATE.depth += 1
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            _STATE.depth -= 1
-            end = time.monotonic()
-            _recorder.safely(INFO.name, "recording a wait", _record, "Work.wait", start, end)
+        return _timed("Work.wait", original, self, *args, **kwargs)
 
     return wait
 
