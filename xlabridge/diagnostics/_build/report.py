@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
@@ -118,7 +119,10 @@ class _ProcessBuilder:
         start = next((e for e in events if isinstance(e, ev.ProcessStart)), None)
         end = next((e for e in reversed(events) if isinstance(e, ev.ProcessEnd)), None)
         self.start = start
-        program = (end.main_file if end else None) or (start.main_file if start else None)
+        # a script run by a launcher can lose ``__main__.__file__`` before exit: its path from argv then
+        argv = (start.environment.get("argv") or [""]) if start else [""]
+        script = argv[0] if str(argv[0]).endswith(".py") and os.path.isabs(argv[0]) else None
+        program = (end.main_file if end else None) or (start.main_file if start else None) or script
         self.rule = UserCodeRule.of(start.framework_paths, program) if start else UserCodeRule(())
 
     def of(self, kind: type[ev.Event]) -> list:

@@ -15,7 +15,7 @@ from typing import Any
 
 from xlabridge.diagnostics._build import causes
 from xlabridge.diagnostics import events as ev
-from xlabridge.diagnostics._frames import UserCodeRule
+from xlabridge.diagnostics._frames import UNKNOWN, UserCodeRule
 from xlabridge.diagnostics.report import (
     UNKNOWN_NAME,
     Finding,
@@ -126,6 +126,10 @@ class _TpuBuilder:
             row.compile_id, row.role, row.backend, row.route = event.compile_id, event.role, event.backend, "torchax"
             row.pids = sorted(self.program_pids.get(compiled.hash, {event.pid}))
             frame = rule.innermost(event.frames)
+            if frame is UNKNOWN:  # its first op has no line of the user's (a hook's): its Dynamo graph's line
+                graph = next((g for g in self.report.dynamo_graphs
+                              if g.pid == event.pid and g.compile_id == event.compile_id), None)
+                frame = ev.Frame(graph.filename, graph.lineno, graph.function) if graph is not None else frame
             row.filename, row.lineno, row.function = frame.filename, frame.lineno, frame.function
         elif not xla:
             row.origin = ev.GraphOrigin.LAZY.value

@@ -117,10 +117,17 @@ def op_count(gm: torch.fx.GraphModule) -> int:
 
 
 def _first_op_frames(gm: torch.fx.GraphModule) -> list[ev.Frame]:
+    """The stack of the graph's first op that torch's own code did not make (a module's hooks traced
+    into the graph, FSDP's among them, come first), else of its first op."""
+    torch_dirs = tuple(d.rstrip("/") + "/" for d in _frames.framework_paths().get("torch", []))
+    first: list[ev.Frame] = []
     for node in gm.graph.nodes:
         if node.op in ("call_function", "call_method", "call_module") and node.meta.get("stack_trace"):
-            return _frames.from_stack_trace(node.meta["stack_trace"])
-    return []
+            frames = _frames.from_stack_trace(node.meta["stack_trace"])
+            if any(not f.filename.startswith(torch_dirs) for f in frames):
+                return frames
+            first = first or frames
+    return first
 
 
 def _emit(gm: torch.fx.GraphModule, compile_id: str, backend: str, t: float) -> None:
