@@ -203,7 +203,8 @@ def test_self_test_expectations_name_the_probe_that_did_not_fire() -> None:
     missing = selftest.expectations(events, with_xla=False)
     assert missing == {"dynamo.compiles": "", "dynamo.graphs": "no graph break",
                        "dynamo.breaks": "no graph break as torch records it",
-                       "backend.calls": "no call of an aot_eager graph; no backward of an aot_eager graph"}
+                       "backend.calls": "no call of an aot_eager graph; no backward of an aot_eager graph",
+                       "dynamo.requests": "no torch.compile request"}
     assert selftest.expectations(events, with_xla=True)["xla.bridge"] == (
         "no CPU node with fallback ops; no XLA graph hash"
     )

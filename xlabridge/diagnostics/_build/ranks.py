@@ -347,8 +347,8 @@ def holdups(report: Report, processes: Sequence[tuple[int, Sequence[ev.Event], U
                    "rank-dependent branch, a recompile, a host read, I/O.")
         if any(f.message == message for f in report.findings):
             continue
-        # the per-rank stalls this one explains: the holder's at its place, the waiters' at theirs
-        told = {(row.pid, place.lineno)} | {(w[0].pid, w[4].lineno) for w in held}
+        # the holder's own stall, which this one explains (the waiters' stay: where each waits)
+        told = {(row.pid, place.lineno)}
         report.findings[:] = [f for f in report.findings
                               if not (f.kind == "stall" and f.category != "rank-holdup" and (f.pid, f.lineno) in told)]
         report.findings.append(Finding(
