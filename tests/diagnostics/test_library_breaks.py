@@ -222,6 +222,7 @@ def test_ddp_optimizer_s_splits_are_reported_with_the_bucket_size_that_made_them
 
 
 @needs_gloo
+@pytest.mark.slow  # an inductor compile on two ranks: the pinned suite runs it
 def test_inductor_is_named_inductor_through_ddp_optimizer(tmp_path):
     # forward graphs only: the backend's name and the split are decided before any backward
     report, logs, pids = _torchrun(tmp_path, "inductor", "--layers", "2", "--steps", "1", "--forward-only")

@@ -92,7 +92,7 @@ def _ranks(run: dict) -> dict[int, dict]:
     return {rows[s["pid"]]["rank"]: s for s in run["report"]["time"] if rows[s["pid"]].get("rank") is not None}
 
 
-@pytest.mark.parametrize("config", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("config", ["ddp", pytest.param("fsdp2", marks=pytest.mark.slow)])
 def test_each_rank_has_at_most_a_tenth_other(config, request):
     run = request.getfixturevalue(config)
     ranks = _ranks(run)
@@ -104,7 +104,7 @@ def test_each_rank_has_at_most_a_tenth_other(config, request):
                                       "waiting_for_ranks", "exit", "other")) == pytest.approx(split["wall"])
 
 
-@pytest.mark.parametrize("config", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("config", ["ddp", pytest.param("fsdp2", marks=pytest.mark.slow)])
 def test_process_group_share_is_the_scripts_own_interval(config, request):
     run = request.getfixturevalue(config)
     for rank, split in _ranks(run).items():
@@ -113,7 +113,7 @@ def test_process_group_share_is_the_scripts_own_interval(config, request):
         assert split["process_group"] == pytest.approx(interval, abs=0.05 + 0.1 * interval), (rank, split, clock)
 
 
-@pytest.mark.parametrize("config", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("config", ["ddp", pytest.param("fsdp2", marks=pytest.mark.slow)])
 def test_the_shares_cover_the_script_and_stay_inside_the_outside_wall(config, request):
     run = request.getfixturevalue(config)
     starts = _starts(run["events"])
@@ -153,6 +153,7 @@ def test_helpers_are_folded_into_their_parent(tmp_path):
     assert parent["helpers"] == 1 and 0 < parent["helper_seconds"] <= parent["wall"]
 
 
+@pytest.mark.slow  # two inductor compiles of a training loop: the pinned suite runs it
 def test_warm_inductor_loop_has_at_most_a_tenth_other_and_names_its_pool_exit(tmp_path):
     subprocess.run([sys.executable, str(HERE / "_inductor_loop.py"), str(tmp_path / "cold.json")], cwd=REPO,
                    env=_env(tmp_path), check=True, capture_output=True, timeout=600)  # fills the caches
