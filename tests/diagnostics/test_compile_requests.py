@@ -120,10 +120,11 @@ def _check(tmp: Path, env: dict[str, str]) -> dict:
     return {"report": report, "torch_skipped": torch_skipped}
 
 
-def test_every_way_into_dynamo_is_observed_under_inductor(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_every_way_into_dynamo_is_observed(tmp_path: Path, backend: str) -> None:
     import torch
 
-    checked = _check(tmp_path, {"BACKEND": "inductor"})
+    checked = _check(tmp_path, {"BACKEND": backend})
     release = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
     if release <= (2, 9):
         # torch 2.8 and 2.9 hand Dynamo Module._call_impl, which it skips, then Sequential.forward

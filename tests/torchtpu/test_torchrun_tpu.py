@@ -14,8 +14,14 @@ from pathlib import Path
 import pytest
 
 from tests.torchtpu import _reference
+from tests.torchtpu.conftest import REASON
 from tests.tpu import _hlo_proto
+from xlabridge import _optional
 from xlabridge.diagnostics import events
+
+pytest.importorskip("torch_tpu", reason=REASON)
+if not _optional.is_available("torchax"):  # the FX route lowers each rank's graphs with torchax
+    pytest.skip(REASON, allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "xlabridge" / "examples" / "torchrun_train.py"

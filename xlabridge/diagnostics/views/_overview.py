@@ -30,6 +30,9 @@ SHARE_LABELS: tuple[tuple[str, str], ...] = tuple(
 )
 """``(share, label)`` for each share of ``TimeSplit.SHARES``, in its order."""
 
+JOB_SHARES = ("process_group", "collective_wait", "waiting_for_ranks")
+"""Shares only the processes of a ``torch.distributed`` job have: rows shown where some process has them."""
+
 SHARE_OF_KIND: dict[str, str] = {
     SpanKind.IMPORT.value: "imports",
     SpanKind.TRACE.value: "tracing",
@@ -114,7 +117,8 @@ def time(report: Report) -> Section | None:
     else:
         summary = f"{seconds(report.time[0].wall)} wall, split into exclusive shares"
     headers = ["share"] + ([process_name(report, t.pid) for t in report.time] if several else ["seconds (of wall)"])
-    rows = [[label] + [share_cells(t)[n] for t in report.time] for n, (_, label) in enumerate(SHARE_LABELS)]
+    rows = [[label] + [share_cells(t)[n] for t in report.time] for n, (key, label) in enumerate(SHARE_LABELS)
+            if key not in JOB_SHARES or any(getattr(t, key) for t in report.time)]
     if several:
         rows.insert(0, ["wall"] + [seconds(t.wall) for t in report.time])
     section = Section("time", "Time", summary=summary,
