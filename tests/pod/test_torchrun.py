@@ -63,7 +63,8 @@ def _rank_pid(report: dict, rank: int) -> int:
 
 def _ranks_output(text: str) -> dict[int, str]:
     """``rank R: loss L params P`` lines the ranks print."""
-    return {int(m.group(1)): m.group(0) for m in re.finditer(r"^rank (\d): loss \S+ params \S+$", text, re.M)}
+    # two ranks print at once: a line can hold the end of the other's
+    return {int(m.group(1)): m.group(0) for m in re.finditer(r"rank (\d): loss -?[\d.]+ params [0-9a-f]{16}", text)}
 
 
 def _logged(stderr: str, rank: int, what: str) -> list[int]:

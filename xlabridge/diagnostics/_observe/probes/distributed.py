@@ -110,15 +110,16 @@ def _collective(op: str) -> Any:
     return wrap
 
 
-def _timed(op: str, original: Any, *args: Any, **kwargs: Any) -> Any:
-    """``original(*args, **kwargs)``, its host time recorded as a wait in ``op`` (nested calls not again)."""
+def _timed(what: str, original: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """``original(*args, **kwargs)``, its host time recorded as a wait in ``what`` (nested calls not again);
+    positional-only, so that the call's own keywords (a collective's ``op=``) pass through untouched."""
     start = time.monotonic()
     _STATE.depth += 1
     try:
         return original(*args, **kwargs)
     finally:
         _STATE.depth -= 1
-        _recorder.safely(INFO.name, "recording a collective wait", _record, op, start, time.monotonic())
+        _recorder.safely(INFO.name, "recording a collective wait", _record, what, start, time.monotonic())
 
 
 def _wait(original: Any) -> Any:
