@@ -103,15 +103,15 @@ def _collective(op: str) -> Any:
                 return original(*args, **kwargs)
             if kwargs.get("async_op") or (position is not None and len(args) > position and args[position]):
                 return original(*args, **kwargs)
-            return _timed(op, original, *args, **kwargs)
+            return _timed(_waited(op), original, *args, **kwargs)
 
         return call
 
     return wrap
 
 
-def _timed(what: str, original: Any, /, *args: Any, **kwargs: Any) -> Any:
-    """``original(*args, **kwargs)``, its host time recorded as a wait in ``what`` (nested calls not again);
+def _timed(record: Any, original: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """``original(*args, **kwargs)``, then ``record(start, end)`` of its host time (nested calls not again);
     positional-only, so that the call's own keywords (a collective's ``op=``) pass through untouched."""
     start = time.monotonic()
     _STATE.depth += 1
@@ -119,7 +119,12 @@ def _timed(what: str, original: Any, /, *args: Any, **kwargs: Any) -> Any:
         return original(*args, **kwargs)
     finally:
         _STATE.depth -= 1
-        _recorder.safely(INFO.name, "recording a collective wait", _record, what, start, time.monotonic())
+        _recorder.safely(INFO.name, "recording a host wait", record, start, time.monotonic())
+
+
+def _waited(what: str) -> Any:
+    """A recorder of a wait in ``what`` (a collective, ``Work.wait``) for ``_timed``."""
+    return lambda start, end: _record(what, start, end)
 
 
 def _wait(original: Any) -> Any:
@@ -127,7 +132,7 @@ def _wait(original: Any) -> Any:
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling() or not _recorder.active() or _STATE.depth:
             return original(self, *args, **kwargs)
-        return _timed("Work.wait", original, self, *args, **kwargs)
+        return _timed(_waited("Work.wait"), original, self, *args, **kwargs)
 
     return wait
 
@@ -138,17 +143,13 @@ def _setup(what: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             if not _recorder.active() or _STATE.depth:
                 return original(*args, **kwargs)
-            start = time.monotonic()
-            _STATE.depth += 1
-            try:
-                return original(*args, **kwargs)
-            finally:
-                _STATE.depth -= 1
-                end = time.monotonic()
-                backend = kwargs.get("backend", args[0] if what == "init_process_group" and args else "")
-                _recorder.safely(INFO.name, "recording a process-group setup", lambda: _recorder.emit(ev.DistSetup(
-                    **_recorder.stamp(end), start=start, what=what,
-                    backend=backend if isinstance(backend, str) else "")))
+            backend = kwargs.get("backend", args[0] if what == "init_process_group" and args else "")
+
+            def record(start: float, end: float) -> None:
+                _recorder.emit(ev.DistSetup(**_recorder.stamp(end), start=start, what=what,
+                                            backend=backend if isinstance(backend, str) else ""))
+
+            return _timed(record, original, *args, **kwargs)
 
         return call
 
