@@ -1,5 +1,5 @@
-"""``docs/benchmarks.md`` is generated from the results files, one per benchmark, and must not
-drift from them."""
+"""``docs/benchmarks.md`` is generated from the results files, one per benchmark, and so are the
+tables of ``docs/guides/mxfp4.md``: neither may drift from them."""
 
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ def test_the_benchmarks_page_is_what_the_results_files_make() -> None:
     assert summarize.PAGE.read_text(encoding="utf-8") == summarize.render(), (
         "docs/benchmarks.md is stale: python tools/bench/summarize.py"
     )
+
+
+def test_the_mxfp4_guide_s_tables_are_what_the_results_files_make() -> None:
+    text = summarize.GUIDE.read_text(encoding="utf-8")
+    assert summarize._BLOCK.search(text), "docs/guides/mxfp4.md has no generated table"
+    assert text == summarize.render_guide(), "docs/guides/mxfp4.md is stale: python tools/bench/summarize.py"
 
 
 def test_tpu_figures_say_they_were_compiled_not_run() -> None:

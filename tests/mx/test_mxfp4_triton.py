@@ -209,7 +209,8 @@ def test_bf16_cast_kernel_at_every_scale():
 def test_matmul_is_one_launch_after_tuning_and_every_mode_is_right():
     """The first call times the candidates (``TUNING``): each left out says why, each timed one agreed
     with the exact mode; afterwards a call is one launch of the kernel (or, where the timing chose
-    them, the reordering of ``x`` and the kernel, or the dequantization and PyTorch's matmul)."""
+    them, the reordering of ``x`` and the kernel, the CUDA decode kernel, or the dequantization and
+    PyTorch's matmul)."""
     from xlabridge import mx
     from xlabridge.mx._triton import fp4_matmul
 
@@ -225,6 +226,8 @@ def test_matmul_is_one_launch_after_tuning_and_every_mode_is_right():
     chosen = fp4_matmul._CHOSEN[key]
     if chosen.mode == "dequantize":  # the timing found dequantize-then-matmul faster here
         assert "mxfp4_dequantize_kernel" in kernels[0] and not any("mxfp4_matmul_kernel" in k for k in kernels), kernels
+    elif chosen.mode == "cuda":  # the CUDA decode kernel (after x's copy in pairs, where its config asks for one)
+        assert len(kernels) == 1 + chosen.decode.x_paired and "mxfp4_decode" in kernels[-1], kernels
     elif chosen.x_in_order:  # x put in the kernel's order by a launch of its own, then the matmul
         assert len(kernels) == 2 and "x_in_order_kernel" in kernels[0] and "mxfp4_matmul_kernel" in kernels[1], kernels
     else:

@@ -110,12 +110,12 @@ def copy_bandwidth(dev) -> float:
 
 def _chosen(n: int, k: int, groups: int, tokens: int, ids: bool) -> dict | None:
     key = next((key for key in fp4_matmul.TUNING if key[1:4] == (n, k, groups) and key[5] == ids
-                and key[0] == fp4_matmul.row_tile(tokens)), None)
+                and key[0] == fp4_matmul.row_tile(tokens) and key[8] == fp4_matmul.decode_tiles(tokens)), None)
     config = None if key is None else fp4_matmul._CHOSEN.get(key)
     if config is None:
         return None
-    return {"path": "dequantize + matmul" if config.mode == "dequantize" else "fused kernel",
-            "config": dataclasses.asdict(config)}
+    path = {"dequantize": "dequantize + matmul", "cuda": "CUDA decode kernel"}.get(config.mode, "Triton fused kernel")
+    return {"path": path, "config": dataclasses.asdict(config)}
 
 
 def linear_rows(name: str, n: int, k: int, dev, copy_GBps: float) -> list[dict]:

@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "tools" / "bench" / "results"
 PAGE = ROOT / "docs" / "benchmarks.md"
+GUIDE = ROOT / "docs" / "guides" / "mxfp4.md"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -520,13 +521,14 @@ def _mx4_linear(data: dict) -> list[str]:
             error += " ✗"
         rows.append([shape, r["tokens"], _time(r["fused_ms"]), _time(dense), _x(r["speedup"]),
                      "-" if r.get("weight_read_share") is None else f"{r['weight_read_share']:.2f}",
-                     {"fused kernel": "fused", "dequantize + matmul": "dequantize"}.get(r.get("path"), "-"),
+                     _PATHS.get(r.get("path"), "-"),
                      _gemlite(g_mx), _gemlite(g_int), error])
     skipped = (data.get("gemlite") or {}).get("error")
     return [
         f"Ran on an {data['device']}; torch {data['torch']}, Triton {data['triton']}; xlabridge at {data['commit']}. "
-        "The MXFP4 linear (the weight read as MXFP4 bytes, 0.53 bytes per parameter, by the fused kernel or, where "
-        "the first call's timing found it faster, dequantized and multiplied) against `torch.nn.functional.linear` "
+        "The MXFP4 linear (the weight read as MXFP4 bytes, 0.53 bytes per parameter, by whichever the first call's "
+        "timing found fastest for the shape: the CUDA decode kernel (\"CUDA\"), the Triton kernel (\"Triton\"), "
+        "or the weight dequantized and multiplied) against `torch.nn.functional.linear` "
         "(`torch.bmm` for the experts) on the bf16 dequantized weight, each reading its weight from HBM (copies "
         "rotated past L2), in one run"
         + (f"; a 1 GiB device copy ran at {copy:.0f} GB/s in the same run, and \"share\" is the MXFP4 weight's "
@@ -541,6 +543,64 @@ def _mx4_linear(data: dict) -> list[str]:
         "",
         *_table(["shape", "tokens", "MXFP4", "bf16", "speed-up", "share", "path", "gemlite MXFP4", "gemlite int4",
                  "error (ulps)"], rows),
+    ]
+
+
+_PATHS = {"CUDA decode kernel": "CUDA", "Triton fused kernel": "Triton", "fused kernel": "Triton",
+          "dequantize + matmul": "dequantize"}
+
+
+def _decode_config(c: dict) -> str:
+    """A decode kernel configuration in a few words: row tiles, warps, and how loads stay in flight."""
+    how = (f"ring {c['stages']}" + (" x" if c.get("x_async") else "")) if c.get("stages") else \
+        f"{c['spans']} span" + ("s" if c["spans"] > 1 else "") + (" +next" if c.get("double") else "")
+    extra = (" paired x" if c.get("x_paired") else "") + (f" ≥{c['min_blocks']}/SM" if c.get("min_blocks", 1) > 1 else "")
+    return f"{16 * c['rt']}×{c['wn']}r {c['wk']}k, {how}{extra}"
+
+
+def _mx4_decode_sweep(data: dict) -> list[str]:
+    rows = []
+    for r in data["rows"]:
+        if "best_ms" not in r:
+            continue
+        shape = r["shape"] + (f" ({r['experts_read']} experts)" if "experts_read" in r else "")
+        tokens = r.get("token_count", r["tokens"])
+        timed = sum(1 for c in r["configs"] if "ms" in c)
+        rows.append([shape, tokens, _time(r["bf16_ms"]), _time(r["best_ms"]), _x(r["speedup"]),
+                     f"{r['weight_read_share']:.2f}", _decode_config(r["best"]), f"{timed}", f"{r['wrong']}"])
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}. Every configuration of the CUDA decode kernel "
+        f"({data['kernels']} kernels, compiled by NVRTC in {data['compile_seconds']:.0f} s) timed on each shape and "
+        "token count against bf16 `linear` (`bmm` for the experts) in the same run, as `mx4_linear.py` times them "
+        f"(CUDA-graph replays, weights rotated past L2; a 1 GiB copy ran at {data['copy_GBps']:.0f} GB/s, and "
+        "\"share\" is the MXFP4 weight's bytes over the fastest time as a share of it), each result checked against "
+        "the float64 product (\"outside the bound\": configurations whose result was not within it). The "
+        "configuration: weight rows per warp × warps along N, warps along K, and how loads stay in flight (spans of "
+        "128 elements a step in registers, \"+next\": the next step's issued first; or a ring of stages in shared "
+        "memory, \"x\": x through it too).",
+        "",
+        *_table(["shape", "tokens", "bf16", "fastest", "speed-up", "share", "fastest configuration", "timed",
+                 "outside the bound"], rows),
+    ]
+
+
+def _mx4_decode_probe(data: dict) -> list[str]:
+    names = list(data["rows"][0]["variants"]) if data["rows"] else []
+    labels = sorted({n.split(" / ")[0] for n in names}, key=[n.split(" / ")[0] for n in names].index)
+    rows = []
+    for r in data["rows"]:
+        for label in labels:
+            cells = [r["variants"].get(f"{label} / {what}") for what in ("as built", "loads only", "arithmetic only")]
+            rows.append([r["shape"], r["tokens"], _time(r["bf16_ms"]), label]
+                        + [_time(c["ms"]) if c else "-" for c in cells])
+    return [
+        f"Ran on an {data['device']}. Configurations of the CUDA decode kernel as built, with the loads only (the "
+        "words folded into the result, nothing decoded) and with the arithmetic only (made-up words, no weight "
+        "loads), beside bf16 `linear` in the same run; CUDA-graph replays over weights rotated past L2. Where "
+        "\"as built\" is near the larger of the other two, loads and arithmetic overlap; near their sum, they "
+        "take turns.",
+        "",
+        *_table(["shape", "tokens", "bf16", "configuration", "as built", "loads only", "arithmetic only"], rows),
     ]
 
 
@@ -672,6 +732,13 @@ BENCHMARKS = (
     Benchmark("mx4_linear.json", "tools/bench/mx4_linear.py", "The fused MXFP4 linear on CUDA",
               "The MXFP4 linear (weight kept MXFP4 in HBM, dequantized in the kernel) against bf16 `linear` at decode "
               "shapes, 1 to 64 tokens.", _mx4_linear),
+    Benchmark("mx4_decode_sweep.json", "tools/bench/mx4_decode_sweep.py --tokens 1,16", "The CUDA decode kernel's sweep",
+              "Every configuration of the CUDA MXFP4 decode kernel on the H100, at 1 and 16 tokens.", _mx4_decode_sweep),
+    Benchmark("mx4_decode_sweep_h200.json", "tools/bench/mx4_decode_sweep.py", "The CUDA decode kernel's sweep on an H200",
+              "The same sweep at every token count the linear benchmark runs, on the H200 the device machine lent: "
+              "the candidates the tuning times come from it.", _mx4_decode_sweep),
+    Benchmark("mx4_decode_probe.json", "tools/bench/mx4_decode_probe.py", "Where the CUDA decode kernel's time goes",
+              "Loads and arithmetic of the decode kernel timed apart.", _mx4_decode_probe),
     Benchmark("mx4_sweep.json", "tools/bench/mx4_sweep.py", "The MXFP4 kernels' configuration sweep",
               "Every configuration of the cast and the fused linear timed on the H100, to pick the defaults.", _mx4_sweep),
     Benchmark("gpt_oss_tpu.json", "tools/bench/gpt_oss_tpu.py", "gpt-oss-20b on one TPU",
@@ -711,6 +778,38 @@ def render() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+_BLOCK = re.compile(r"(<!-- generated by tools/bench/summarize\.py from (\S+); do not edit -->\n)(.*?)(<!-- end -->)", re.S)
+
+
+def _mx4_linear_grid(data: dict) -> list[str]:
+    """Speed-up over bf16 (weight read as a share of the copy) per shape and token count, for the guide."""
+    tokens = sorted({r["tokens"] for r in data["rows"]})
+    grid: dict[str, dict[int, str]] = {}
+    for r in data["rows"]:
+        mark = {"Triton fused kernel": " T", "fused kernel": " T", "dequantize + matmul": " D"}.get(r.get("path"), "")
+        grid.setdefault(r["shape"], {})[r["tokens"]] = f"{r['speedup']:.2f} ({r['weight_read_share']:.2f}){mark}"
+    return [
+        f"{data['device']}, torch {data['torch']}, Triton {data['triton']}; a 1 GiB device copy ran at "
+        f"{data['copy_GBps']:.0f} GB/s in the same run. Speed-up over bf16, and in brackets the MXFP4 weight's bytes "
+        "over the time as a share of the copy's rate; T: the first call's timing chose the Triton kernel, D: "
+        "dequantize then `linear`, unmarked: the CUDA decode kernel.",
+        "",
+        *_table(["shape", *map(str, tokens)], [[shape, *(cells.get(t, "-") for t in tokens)] for shape, cells in grid.items()]),
+    ]
+
+
+GUIDE_BLOCKS = {"mx4_linear.json": _mx4_linear_grid}
+"""The tables of docs/guides/mxfp4.md generated from a results file, between the markers ``_BLOCK`` finds."""
+
+
+def render_guide() -> str:
+    """docs/guides/mxfp4.md with each generated block made again from its results file."""
+    def block(match: re.Match) -> str:
+        return match.group(1) + "\n".join(GUIDE_BLOCKS[match.group(2)](_load(match.group(2)))).rstrip("\n") + "\n" + match.group(4)
+
+    return _BLOCK.sub(block, GUIDE.read_text(encoding="utf-8"))
+
+
 def unlisted() -> list[str]:
     """Results files with no section on the page."""
     return sorted({p.name for p in RESULTS.iterdir()} - {b.results for b in BENCHMARKS})
@@ -718,19 +817,20 @@ def unlisted() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/benchmarks.md is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/benchmarks.md or the guide's tables are stale")
     args = parser.parse_args(argv)
     if unlisted():
         print(f"results files without a section in {__file__}: {unlisted()}", file=sys.stderr)
         return 1
-    text = render()
+    text, guide = render(), render_guide()
     if args.check:
-        if PAGE.read_text(encoding="utf-8") != text:
-            print("docs/benchmarks.md is stale: python tools/bench/summarize.py", file=sys.stderr)
+        if PAGE.read_text(encoding="utf-8") != text or GUIDE.read_text(encoding="utf-8") != guide:
+            print("docs/benchmarks.md or docs/guides/mxfp4.md is stale: python tools/bench/summarize.py", file=sys.stderr)
             return 1
         return 0
     PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(ROOT)}")
+    GUIDE.write_text(guide, encoding="utf-8")
+    print(f"wrote {PAGE.relative_to(ROOT)} and {GUIDE.relative_to(ROOT)}")
     return 0
 
 

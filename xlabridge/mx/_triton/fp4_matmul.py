@@ -1,13 +1,17 @@
 """The MXFP4 matmul on CUDA tensors: one launch of ``fp4_matmul_kernel`` per call, the weight
-read as MXFP4 bytes and dequantized tile by tile inside the kernel, or, where that is faster for a
-shape, the weight dequantized to ``x``'s dtype and multiplied by PyTorch (``mode="dequantize"``).
+read as MXFP4 bytes and dequantized tile by tile inside the kernel; for up to 64 rows of bfloat16
+``x`` on Hopper and newer, the CUDA decode kernel (``xlabridge.mx._cuda.fp4_decode``,
+``mode="cuda"``); or, where that is faster for a shape, the weight dequantized to ``x``'s dtype and
+multiplied by PyTorch (``mode="dequantize"``).
 
 Which path, dequantization (``MODE``) and tile a shape gets is measured, not guessed: the first
 call for a key (``x``'s row tile, ``N``, ``K``, the number of weight groups, bias, expert ids,
-dtype) times every candidate of ``CONFIGS`` for that row tile that compiles and agrees with the
-exact ``"triton"`` mode on that call's own tensors (``triton.testing.do_bench``, which empties the
-L2 cache between runs, so each is timed reading its weight from HBM, as decode does), and keeps the
-fastest; ``TUNING`` records every candidate's time or error (``tools/bench/mx4_linear.py`` writes
+dtype; and the token tiles of 8 rows the decode kernel takes) times every candidate of ``CONFIGS``
+for that row tile (and of ``DECODE`` for that number of token tiles) that compiles and agrees with the
+exact ``"triton"`` mode on that call's own tensors (``_gpu_time``: CUDA-graph replays, so that the
+host's launch overhead, which differs between launchers, is not counted, with the L2 cache
+overwritten before each call, so each is timed reading its weight from HBM, as decode does), and
+keeps the fastest; ``TUNING`` records every candidate's time or error (``tools/bench/mx4_linear.py`` writes
 it out). A call while a CUDA graph is being captured cannot time anything: it takes the key's
 choice if there is one, else ``DEFAULT``. Under Triton's CPU interpreter the kernel runs
 ``INTERPRET``.
@@ -26,6 +30,7 @@ import logging
 import torch
 
 from xlabridge import _optional
+from xlabridge.mx._cuda import fp4_decode
 from xlabridge.mx._triton.fp4 import device_guard
 
 logger = logging.getLogger(__name__)
@@ -50,6 +55,8 @@ class Config:
     per_sm: int = 2
     ahead: int = 1
     x_in_order: bool = False
+    decode: fp4_decode.Config | None = None
+    """``mode="cuda"``: the CUDA decode kernel's configuration (the other fields unused)."""
 
 
 def _grid(mode, tiles, warps, stages, per_sms, orders=(False,)):
@@ -73,6 +80,26 @@ CONFIGS: dict[int, tuple[Config, ...]] = {
 """What the first call of a key times, per row tile (``row_tile``): the ``asm`` configs for
 bfloat16 inputs, the ``triton`` ones for float16, the dequantizing path for both. Configs that
 differ only in ``per_sm`` share one compiled kernel."""
+
+
+def _decode(*configs: fp4_decode.Config) -> tuple[Config, ...]:
+    return tuple(Config("cuda", decode=c) for c in configs)
+
+
+_D = fp4_decode.Config
+DECODE: dict[int, tuple[Config, ...]] = {
+    1: _decode(_D(1, 1, 8, 1, min_blocks=4), _D(1, 1, 8, 1, min_blocks=5), _D(1, 1, 8, 1), _D(1, 1, 16, 1, min_blocks=2),
+               _D(1, 1, 4, 1), _D(2, 1, 4, 1), _D(2, 1, 16, 1, True)),
+    2: _decode(_D(2, 1, 8, 1, stages=3, x_async=True), _D(2, 1, 4, 1, x_paired=True), _D(2, 1, 4, 1), _D(1, 1, 8, 1),
+               _D(2, 1, 8, 1, True), _D(2, 2, 2, 1, x_paired=True), _D(1, 1, 8, 1, min_blocks=4)),
+    4: _decode(_D(2, 1, 8, 1, stages=4), _D(2, 1, 8, 1, stages=6), _D(2, 1, 8, 2), _D(2, 2, 4, 1, stages=6),
+               _D(2, 1, 4, 1, stages=6), _D(4, 1, 4, 1)),
+    8: _decode(_D(2, 1, 4, 1), _D(2, 1, 4, 2), _D(1, 1, 8, 1, stages=3, min_blocks=2), _D(2, 2, 2, 1),
+               _D(2, 1, 4, 1, x_paired=True)),
+}
+"""The CUDA decode kernel's candidates per number of 8-row token tiles, rounded up to a key here
+(3 takes 4's, 5 to 7 take 8's): the fastest of ``tools/bench/mx4_decode_sweep.py``'s sweep over
+its configurations on the benchmark's shapes."""
 DEFAULT = Config("triton", 64, 256, 4, 2, 2)
 INTERPRET = Config("triton", 16, 128, 4, 1, 1, 0)
 X_ORDER_BLOCK = 1024
@@ -96,6 +123,12 @@ def _kernel():
     from xlabridge.mx._triton import fp4_matmul_kernel
 
     return fp4_matmul_kernel.mxfp4_matmul_kernel
+
+
+def decode_tiles(m: int) -> int:
+    """The key of ``DECODE`` for ``m`` rows of ``x``: its 8-row token tiles, rounded up to 1, 2, 4 or 8."""
+    tiles = fp4_decode.token_tiles(m)
+    return next(key for key in sorted(DECODE) if key >= tiles)
 
 
 def row_tile(m: int) -> int:
@@ -159,6 +192,11 @@ def _x_in_order(x: torch.Tensor) -> torch.Tensor:
 def _launch(config: Config, x, data, scale, ids, bias, y):
     if config.mode == "dequantize":
         return _dequantized(config, x, data, scale, ids, bias, y)
+    if config.mode == "cuda":
+        refusal = fp4_decode.refusal(x, data, scale, ids, bias)
+        if refusal is not None:
+            raise ValueError(f"the CUDA decode kernel does not take these operands: {refusal}")
+        return fp4_decode.launch(config.decode, x, data, scale, ids, bias, y)
     A, M, K = x.shape
     N = data.shape[-2]
     words = data.view(torch.int16)  # the kernel reads the weight as 16-bit words of four elements
@@ -188,15 +226,45 @@ def _launch(config: Config, x, data, scale, ids, bias, y):
 
 
 def _candidates(x: torch.Tensor) -> list[Config]:
-    """What the tuning times for ``x`` (``[..., M, K]``): its row tile's configs for its dtype."""
+    """What the tuning times for ``x`` (``[..., M, K]``): its row tile's configs for its dtype, and
+    the CUDA decode kernel's for its token tiles where it runs (bfloat16, up to 64 rows, Hopper)."""
     kernel_mode = "asm" if x.dtype == torch.bfloat16 else "triton"
-    return [c for c in CONFIGS[row_tile(x.shape[-2])] if c.mode in (kernel_mode, "dequantize")]
+    out = [c for c in CONFIGS[row_tile(x.shape[-2])] if c.mode in (kernel_mode, "dequantize")]
+    m = x.shape[-2]
+    if x.dtype == torch.bfloat16 and m <= fp4_decode.MAX_ROWS and fp4_decode.available(x.device):
+        out += list(DECODE[decode_tiles(m)])
+    return out
+
+
+def _replay_ms(graph) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def _gpu_time(fn, reps: int = 8, rounds: int = 5) -> float:
+    """Median ms of one ``fn()`` reading its operands from HBM: a CUDA graph of ``reps`` times (L2
+    overwritten, then ``fn``) replayed, less a graph of the overwrites alone, in ``rounds`` pairs."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    flush = torch.empty(2 * max(props.L2_cache_size, 1 << 20) // 4, dtype=torch.int32, device="cuda")
+    both, alone = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(both):
+        for _ in range(reps):
+            flush.zero_()
+            fn()
+    with torch.cuda.graph(alone):
+        for _ in range(reps):
+            flush.zero_()
+    _replay_ms(both), _replay_ms(alone)
+    times = sorted((_replay_ms(both) - _replay_ms(alone)) / reps for _ in range(rounds))
+    return times[len(times) // 2]
 
 
 def _tune(key, x, data, scale, ids, bias, y) -> Config:
     """Time every candidate on this call's tensors; keep the fastest that agrees with the exact mode."""
-    from triton.testing import do_bench
-
     reference = _launch(DEFAULT, x, data, scale, ids, bias, torch.empty_like(y)).float()
     tolerance = 2.0**-6 * reference.abs() + 2.0**-10 * reference.abs().amax().clamp_min(1e-30)
     table, best = [], None
@@ -207,7 +275,7 @@ def _tune(key, x, data, scale, ids, bias, y) -> Config:
             if not bool(((out.float() - reference).abs() <= tolerance).all()):
                 entry["left_out"] = "results differ from the exact mode's"
             else:
-                entry["ms"] = do_bench(lambda: _launch(config, x, data, scale, ids, bias, y), warmup=5, rep=25)
+                entry["ms"] = _gpu_time(lambda: _launch(config, x, data, scale, ids, bias, y))
                 if best is None or entry["ms"] < best[0]:
                     best = (entry["ms"], config)
         except Exception as error:  # noqa: BLE001 - a candidate that does not build is left out, with why
@@ -233,12 +301,15 @@ def matmul(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.
         return y
     if x.device.type != "cuda":
         return _launch(INTERPRET, x, data, scale, ids, bias, y)
-    key = (row_tile(M), data.shape[-2], K, A, bias is not None, ids is not None, x.dtype, x.device)
+    key = (row_tile(M), data.shape[-2], K, A, bias is not None, ids is not None, x.dtype, x.device,
+           decode_tiles(M) if M <= fp4_decode.MAX_ROWS else None)
     config = _CHOSEN.get(key)
     if config is None:
         if torch.cuda.is_current_stream_capturing():
             config = DEFAULT
         else:
             config = _CHOSEN[key] = _tune(key, x, data, scale, ids, bias, y)
+    if config.mode == "cuda" and fp4_decode.refusal(x, data, scale, ids, bias) is not None:
+        config = DEFAULT  # operands the tuning's did not have (a view off 16-byte alignment, a bias dtype)
     return _launch(config, x, data, scale, ids, bias, y)
 

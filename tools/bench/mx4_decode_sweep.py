@@ -1,0 +1,195 @@
+"""Every configuration of the CUDA MXFP4 decode kernel (``xlabridge/mx/_cuda/fp4_decode.cu``) on
+``mx4_linear.py``'s shapes and token counts, against bf16 ``linear`` (``bmm`` for the experts) timed
+in the same run, each result checked against the float64 product.
+
+    PYTHONPATH=. python3 tools/bench/mx4_decode_sweep.py   # writes tools/bench/results/mx4_decode_sweep.json
+
+The kernels are compiled in parallel first (NVRTC); the driver gives each one's registers and
+spilled bytes. Times are
+``mx_cast.gpu_time``'s (CUDA-graph replays over weights rotated past L2), as ``mx4_linear.py``'s.
+Per shape and token count: bf16's time, every configuration's time, registers, spill bytes and
+whether its result is within the error bound, and the fastest within it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import itertools
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.getcwd())
+from tools.bench import mx4_linear  # noqa: E402
+from tools.bench.mx_cast import gpu_time  # noqa: E402
+from xlabridge.mx._cuda import _runtime, fp4_decode  # noqa: E402
+
+REGISTER_SHAPES = ((1, 1, 4, 1, False), (1, 1, 8, 1, False), (1, 1, 16, 1, False), (1, 1, 8, 1, True),
+                   (2, 1, 4, 1, False), (2, 1, 4, 2, False), (2, 1, 16, 2, False), (2, 1, 16, 1, True),
+                   (2, 2, 2, 1, False), (2, 1, 8, 2, False), (4, 1, 4, 1, False), (2, 1, 8, 1, True))
+"""(rt, wn, wk, spans, double) of the register path."""
+RING_WARPS = ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4))
+
+
+def configs(nt: int) -> list[fp4_decode.Config]:
+    """The register path's shapes (with register budgets cut for more CTAs per SM, and ``x`` paired
+    by the host), and the ring's: ``x`` through the ring where it fits (up to 16 tokens), ``x``
+    paired by the host and fewer registers asked for from 32 tokens."""
+    out = []
+    for rt, wn, wk, spans, double in REGISTER_SHAPES:
+        threads = wn * wk * 32
+        for blocks in sorted({1, 1024 // threads, 1280 // threads}):
+            for paired in (False, True):
+                out.append(fp4_decode.Config(rt, wn, wk, spans, double, 0, False, paired, blocks))
+    if nt <= 2:
+        for (wn, wk), rt, stages in itertools.product(RING_WARPS, (1, 2), (3, 4, 6, 8)):
+            out.append(fp4_decode.Config(rt, wn, wk, 1, False, stages, True))
+    else:
+        for (wn, wk), rt, stages, paired, blocks in itertools.product(RING_WARPS, (1, 2), (3, 4, 6), (False, True), (1, 2)):
+            out.append(fp4_decode.Config(rt, wn, wk, 1, False, stages, False, paired, blocks))
+    return [c for c in out if c.fits(nt)]
+
+
+def build(jobs, capability) -> dict:
+    """``{(config, nt, bias, ids): (binary or None, info)}``, compiled by NVRTC in parallel, with
+    the compile's error if any."""
+    arch = f"{capability[0]}{capability[1]}"
+
+    def one(job):
+        config, nt, bias, ids = job
+        name = fp4_decode._name(config, nt, bias, ids)
+        try:
+            return job, _runtime.compile_cubin(fp4_decode.SOURCE.read_text(), name, arch,
+                                               fp4_decode._options(config, nt, bias, ids, name)), {}
+        except Exception as error:  # noqa: BLE001 - recorded
+            return job, None, {"error": str(error)[-400:]}
+
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 4) as pool:
+        return {job: (code, info) for job, code, info in pool.map(one, jobs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                      "mx4_decode_sweep.json"))
+    parser.add_argument("--shapes", default=",".join(mx4_linear.LINEARS) + ",experts")
+    parser.add_argument("--tokens", default=",".join(map(str, mx4_linear.TOKENS)))
+    parser.add_argument("--every", type=int, default=1, help="time every n-th configuration only (a quick check)")
+    parser.add_argument("--seconds", type=float, default=480, help="stop timing new cases after this long")
+    args = parser.parse_args()
+    started = time.time()
+    dev = torch.device("cuda")
+    torch.zeros(1, device=dev)  # torch's context, current on this thread, for the driver to load into
+    capability = torch.cuda.get_device_capability(dev)
+    tokens_list = [int(t) for t in args.tokens.split(",")]
+    wanted = args.shapes.split(",")
+    nts = sorted({fp4_decode.token_tiles(t) for t in tokens_list})
+    # the experts' rows per expert stay within two token tiles at these token counts
+    jobs = [(c, nt, 0, ids) for nt in nts for c in configs(nt)[::args.every]
+            for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]
+    built = build(jobs, capability)
+    results = {"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "compile_seconds": time.time() - started, "kernels": len(built), "rows": []}
+    print(f"compiled {len(built)} kernels in {results['compile_seconds']:.0f} s", flush=True)
+    loaded = {}
+    for job, (code, info) in built.items():
+        if code is None:
+            continue
+        try:
+            run = _runtime.Kernel(code, fp4_decode._name(*job), job[0].ring_bytes(job[1]))
+            loaded[job] = (run, {**info, "registers": run.registers, "spill_bytes": run.local_bytes})
+        except Exception as error:  # noqa: BLE001 - recorded
+            info["load_error"] = str(error)[-300:]
+    errors = {fp4_decode._name(*job): info for job, (code, info) in built.items() if code is None or "load_error" in info}
+    results["build_errors"] = dict(list(errors.items())[:20])
+    print(f"loaded {len(loaded)} in {time.time() - started:.0f} s; {len(errors)} failed", flush=True)
+    copy = results["copy_GBps"] = mx4_linear.copy_bandwidth(dev)
+    print(f"copy {copy:.0f} GB/s", flush=True)
+
+    def case(name, n, k, tokens, xs, weight_args, dense_fn, dense_inputs, exact_w, weight_bytes, groups, ids_list):
+        """Time bf16 and every loaded kernel for one shape and token count."""
+        nt = fp4_decode.token_tiles(tokens)
+        dense = gpu_time(dense_fn, dense_inputs)
+        exact = (xs.double() @ exact_w.double().transpose(-1, -2))
+        bound = torch.finfo(torch.bfloat16).eps * exact.abs() + 2.0**-16 * exact.abs().amax()
+        row = {"shape": name, "n": n, "k": k, "tokens": tokens, "bf16_ms": dense, "configs": []}
+        for (config, nt_, bias, ids), (run, info) in loaded.items():
+            if nt_ != nt or ids != (ids_list is not None):
+                continue
+            entry = {**dataclasses.asdict(config), **info}
+            try:
+                def call(w, config=config, run=run):
+                    data, scale, ids_ = w
+                    fp4_decode.launch_loaded(run, config, xs, data, scale, ids_, None, out)
+                out = torch.empty(xs.shape[0], xs.shape[1], n, dtype=torch.bfloat16, device=dev)
+                call(weight_args[0])
+                torch.cuda.synchronize()
+                entry["within_bound"] = bool(((out.double() - exact).abs() <= bound).all())
+                entry["max_error"] = float((out.double() - exact).abs().max())
+                entry["ms"] = gpu_time(call, weight_args, reps=10)
+            except Exception as error:  # noqa: BLE001 - recorded
+                entry["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+            row["configs"].append(entry)
+        ok = [c for c in row["configs"] if c.get("within_bound") and "ms" in c]
+        row["wrong"] = sum(1 for c in row["configs"] if c.get("within_bound") is False)
+        if ok:
+            best = min(ok, key=lambda c: c["ms"])
+            fields = [f.name for f in dataclasses.fields(fp4_decode.Config)]
+            row.update(best_ms=best["ms"], speedup=dense / best["ms"],
+                       weight_read_share=weight_bytes / best["ms"] / 1e6 / copy,
+                       best={k_: best[k_] for k_ in fields + ["registers"]})
+            row["top"] = [{**{k_: c[k_] for k_ in fields}, "ms": c["ms"]} for c in sorted(ok, key=lambda c: c["ms"])[:8]]
+        results["rows"].append(row)
+        with open(args.out, "w") as f:  # kept if the run is cut short
+            json.dump(results, f, indent=1)
+        print(json.dumps({k_: row.get(k_) for k_ in ("shape", "tokens", "bf16_ms", "best_ms", "speedup",
+                                                    "weight_read_share", "best", "wrong")}), flush=True)
+
+    for name, (n, k) in mx4_linear.LINEARS.items():
+        if name not in wanted:
+            continue
+        copies = max(2, math.ceil(mx4_linear.WORKING_SET / (2 * n * k)))
+        weights = mx4_linear._weights(n, k, copies, dev)
+        weight_args = [(w.data[None], w.scale[None], None) for w, _ in weights]
+        for tokens in tokens_list:
+            if time.time() - started > args.seconds:
+                results.setdefault("skipped", []).append([name, tokens])
+                continue
+            x = torch.randn(1, tokens, k, device=dev, dtype=torch.bfloat16)
+            case(name, n, k, tokens, x, weight_args, lambda w: torch.nn.functional.linear(x[0], w[1]), weights,
+                 weights[0][1][None], n * k // 2 + n * k // 32, 1, None)
+        del weights, weight_args
+        torch.cuda.empty_cache()
+    if "experts" in wanted:
+        n, k = 2 * mx4_linear.INTERMEDIATE, mx4_linear.HIDDEN
+        weight, weight_bf16 = mx4_linear._weights(n, k, 1, dev, experts=mx4_linear.EXPERTS)[0]
+        for tokens in tokens_list:
+            if time.time() - started > args.seconds:
+                results.setdefault("skipped", []).append(["experts", tokens])
+                continue
+            hit, per_group = mx4_linear.routing(tokens)
+            groups = len(hit)
+            base = torch.tensor(hit, device=dev, dtype=torch.int32)
+            subsets = [(base + i * groups) % mx4_linear.EXPERTS for i in range(max(2, mx4_linear.EXPERTS // groups))]
+            x = torch.randn(groups, per_group, k, device=dev, dtype=torch.bfloat16)
+            dense_weights = [weight_bf16[ids.long()].transpose(1, 2) for ids in subsets]
+            case(mx4_linear.EXPERT_SHAPE, n, k, per_group, x, [(weight.data, weight.scale, ids) for ids in subsets],
+                 lambda w: torch.bmm(x, w), dense_weights, weight_bf16[subsets[0].long()],
+                 groups * (n * k // 2 + n * k // 32), groups, subsets)
+            results["rows"][-1].update(token_count=tokens, experts_read=groups)
+            del dense_weights
+            torch.cuda.empty_cache()
+    results["seconds"] = time.time() - started
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"wrote {args.out} after {results['seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""The one place xlabridge calls NVRTC and the CUDA driver (their public C APIs, through ctypes):
+CUDA C++ compiled to a GPU binary at run time, loaded into torch's context and launched on torch's
+current stream (so CUDA graphs capture it).
+
+NVRTC is the library torch's CUDA wheels bring (``nvidia/cuda_nvrtc`` for CUDA 12, ``nvidia/cu13``
+for CUDA 13), found beside the installed packages or by the dynamic loader; compiling needs no
+GPU. The driver is ``libcuda.so.1``, which a machine with a GPU has.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import os
+import sys
+from collections.abc import Sequence
+
+_NVRTC_NAMES = ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12")
+
+
+class CudaError(RuntimeError):
+    """NVRTC or the CUDA driver returned an error (the message has its text, or NVRTC's log)."""
+
+
+@functools.cache
+def nvrtc() -> ctypes.CDLL:
+    """NVRTC: torch's wheel's copy where there is one, else the loader's."""
+    for base in sys.path:
+        for path in sorted(glob.glob(os.path.join(base or ".", "nvidia", "*", "lib", "libnvrtc.so.*")), reverse=True):
+            if "builtins" not in path and "alt" not in path:
+                try:
+                    return ctypes.CDLL(path)
+                except OSError:
+                    continue
+    for name in _NVRTC_NAMES:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise CudaError("NVRTC (libnvrtc.so) was not found: install torch's CUDA build or the CUDA toolkit")
+
+
+def nvrtc_version() -> tuple[int, int]:
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    nvrtc().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    return major.value, minor.value
+
+
+def _check_nvrtc(code: int, lib: ctypes.CDLL) -> None:
+    if code:
+        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        raise CudaError(f"NVRTC: {lib.nvrtcGetErrorString(code).decode()}")
+
+
+def compile_cubin(source: str, name: str, arch: str, options: Sequence[str]) -> bytes:
+    """The GPU binary of CUDA C++ ``source`` for ``sm_<arch>`` (``"90"``), NVRTC's ``options``
+    (``-DNAME=VALUE``) added; ``name`` names the program in NVRTC's messages."""
+    lib = nvrtc()
+    program = ctypes.c_void_p()
+    _check_nvrtc(lib.nvrtcCreateProgram(ctypes.byref(program), source.encode(), f"{name}.cu".encode(), 0, None, None), lib)
+    try:
+        flags = [f"--gpu-architecture=sm_{arch}", "-std=c++17", *options]
+        array = (ctypes.c_char_p * len(flags))(*[flag.encode() for flag in flags])
+        result = lib.nvrtcCompileProgram(program, len(flags), array)
+        if result:
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetProgramLog(program, log)
+            raise CudaError(f"NVRTC could not compile {name}:\n{log.value.decode(errors='replace')}")
+        size = ctypes.c_size_t()
+        _check_nvrtc(lib.nvrtcGetCUBINSize(program, ctypes.byref(size)), lib)
+        binary = ctypes.create_string_buffer(size.value)
+        _check_nvrtc(lib.nvrtcGetCUBIN(program, binary), lib)
+        return binary.raw
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(program))
+
+
+@functools.cache
+def driver() -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError as error:
+        raise CudaError(f"the CUDA driver (libcuda.so.1) is not there: {error}") from None
+
+
+def _check(code: int) -> None:
+    if code:
+        text = ctypes.c_char_p()
+        driver().cuGetErrorString(code, ctypes.byref(text))
+        raise CudaError(f"CUDA driver: {(text.value or b'error %d' % code).decode()}")
+
+
+_REGISTERS, _LOCAL_BYTES = 4, 3  # CU_FUNC_ATTRIBUTE_NUM_REGS, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+
+class Kernel:
+    """A kernel loaded into the context current on this thread (torch's, for its current device).
+
+    ``kernel(grid, block, args, stream, shared)`` launches it: ``args`` are ints (C ``int``) and
+    tensors or None (their data pointers), in the kernel's parameter order; ``stream`` is a raw
+    ``cudaStream_t`` (``torch.cuda.current_stream().cuda_stream``); ``shared``: bytes of dynamic
+    shared memory (``dynamic_shared`` bytes at most)."""
+
+    def __init__(self, binary: bytes, name: str, dynamic_shared: int = 0):
+        self._binary = ctypes.create_string_buffer(binary, len(binary))  # kept alive with the module
+        self._module = ctypes.c_void_p()
+        _check(driver().cuModuleLoadData(ctypes.byref(self._module), self._binary))
+        self._function = ctypes.c_void_p()
+        _check(driver().cuModuleGetFunction(ctypes.byref(self._function), self._module, name.encode()))
+        self.name = name
+        if dynamic_shared:  # past 48 KiB with the static part, the driver must be told first
+            _check(driver().cuFuncSetAttribute(self._function, _MAX_DYNAMIC_SHARED, dynamic_shared))
+
+    def attribute(self, code: int) -> int:
+        value = ctypes.c_int()
+        _check(driver().cuFuncGetAttribute(ctypes.byref(value), code, self._function))
+        return value.value
+
+    @property
+    def registers(self) -> int:
+        """Registers per thread."""
+        return self.attribute(_REGISTERS)
+
+    @property
+    def local_bytes(self) -> int:
+        """Local memory per thread: a spill's stack; 0 where nothing spills."""
+        return self.attribute(_LOCAL_BYTES)
+
+    def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence, stream: int,
+                 shared: int = 0) -> None:
+        values = [ctypes.c_int(arg) if isinstance(arg, int) else ctypes.c_void_p(0 if arg is None else arg.data_ptr())
+                  for arg in args]
+        pointers = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+        _check(driver().cuLaunchKernel(self._function, *grid, *block, shared, ctypes.c_void_p(stream), pointers, None))

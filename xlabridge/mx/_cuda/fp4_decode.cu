@@ -1,0 +1,454 @@
+// The MXFP4 decode matmul on Hopper: y[a] = x[a] @ W[e].T (+ bias[e]) for up to 64 rows of x,
+// W[e] ([N, K]) read as MXFP4 bytes and decoded in the registers that feed the tensor cores
+// (mma.sync m16n8k16, bfloat16 in, float32 accumulation): no bfloat16 copy of the weight is made.
+//
+// The weight is the MMA's A operand (its rows fill the MMA's 16-row side; x's rows, the tokens,
+// are the 8-column side, NT tiles of 8). A sum over K may run in any order as long as both
+// operands use the same one, so thread t of a quad takes the whole MXFP4 block t of every 128
+// elements of K ("span"): 16 contiguous bytes of the weight (one 16-byte load), one scale byte,
+// and 32 contiguous elements of x (64 bytes). Within a block, 32-bit word q holds elements
+// 8q .. 8q+7 (element 2i in the low nibble of byte i); the decoder turns nibble k of both 16-bit
+// halves of a word into one bfloat16 pair P(q, k) = (e[8q+k], e[8q+4+k]), and the MMA's K chunk
+// 2q+h takes P(q, 2h) as its register for k = 2t, 2t+1 and P(q, 2h+1) for k = 2t+8, 2t+9; x's
+// registers are paired the same way by byte permutes of x's natural pairs.
+//
+// Decoding: nibble k of both halves, masked, times 0x1040 (0x104 for odd k) is two shifted copies
+// of it that do not overlap; 0x81C0 keeps the exponent and mantissa bits of one copy and the sign
+// bit of the other, where a bfloat16 has them: the E2M1 value times 2^-126 (the subnormal 0.5
+// included). One bfloat16x2 multiplication by 2^(s-1) (s the block's scale byte) gives the value
+// times 2^(s-127) exactly (two significant bits; bfloat16 keeps subnormals) wherever 2^(s-1) is a
+// bfloat16, s <= 128; above, a warp takes the two-multiplication path (2^126, then 2^(s-127),
+// NaN for s = 255).
+//
+// A CTA has WN x WK warps: WN warps side by side along N (RT tiles of 16 rows each) sharing x's
+// elements through L1, WK warps splitting K, whose partial sums the CTA adds in shared memory in
+// warp order (the result does not depend on timing).
+//
+// Two ways to keep loads in flight: ASYNC = 0 holds them in registers (U spans a step; DB: the next
+// step's loads issued before this step's arithmetic; X_EARLY: x's words of a span loaded with the
+// weight's, not when the arithmetic reaches them); ASYNC = 1 streams each warp's spans through a
+// ring of S stages in shared memory by asynchronous copies (X_ASYNC: x's elements too, else x is
+// read from global memory through L1 at each span). X_PAIRED: the host gave x with each 8 elements
+// in the order the MMA pairs them (0, 4, 1, 5, 2, 6, 3, 7), so no byte permutes are needed.
+//
+// PROBE (benchmarks only, register path): 1 loads without the arithmetic, 2 the arithmetic without
+// the loads; 0 otherwise.
+//
+// Configuration macros (set by the host): NT, RT, WN, WK, U, DB, X_EARLY, ASYNC, S, X_ASYNC,
+// X_PAIRED, PROBE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
+// 2 float32), HAS_IDS, KERNEL.
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef long long i64;
+
+#define FULL_MASK 0xffffffffu
+
+__device__ __forceinline__ void load_weight(const u8* p, u32& a, u32& b, u32& c, u32& d) {
+    // read once per call: not kept in L1
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+}
+
+__device__ __forceinline__ void load_x(const u16* p, u32& a, u32& b, u32& c, u32& d) {
+    // read by every warp of a CTA that covers the same K: kept in L1
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+}
+
+__device__ __forceinline__ u32 load_scale(const u8* p) {
+    u16 v;
+    asm("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ u32 permute(u32 a, u32 b, u32 selector) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+    return d;
+}
+
+__device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b) {
+    u32 d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// Nibble k of both 16-bit halves of w as a bfloat16 pair times 2^-126 (k = 0, 1 from w; 2, 3 from
+// w >> 8 as k = 0, 1).
+__device__ __forceinline__ u32 nibble_pair(u32 w, u32 mask, u32 times) {
+    return ((w & mask) * times) & 0x81C081C0u;
+}
+
+template <bool TWO>
+__device__ __forceinline__ void decode(u32 w, u32 f1, u32 f2, u32 (&p)[4]) {
+    const u32 v = w >> 8;
+    p[0] = bf16x2_mul(nibble_pair(w, 0x000F000Fu, 0x1040u), f1);
+    p[1] = bf16x2_mul(nibble_pair(w, 0x00F000F0u, 0x104u), f1);
+    p[2] = bf16x2_mul(nibble_pair(v, 0x000F000Fu, 0x1040u), f1);
+    p[3] = bf16x2_mul(nibble_pair(v, 0x00F000F0u, 0x104u), f1);
+    if (TWO) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) p[k] = bf16x2_mul(p[k], f2);
+    }
+}
+
+__device__ __forceinline__ void mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u16 to_bf16(float v) {
+    u16 d;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(d) : "f"(v));
+    return d;
+}
+
+__device__ __forceinline__ u32 shared_address(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+__device__ __forceinline__ void load_shared(u32 address, u32 (&v)[4]) {
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                 : "r"(address) : "memory");
+}
+
+// 16 bytes from global to shared memory without registers; `bytes` (0 or 16) read, the rest zeros.
+// .cg: the weight, read once, not kept in L1; .ca: x, read by every warp covering the same K.
+__device__ __forceinline__ void copy_weight(u32 dst, const void* src, u32 bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void copy_x(u32 dst, const void* src, u32 bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void copies_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int PENDING>
+__device__ __forceinline__ void copies_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+}
+
+// One span of K for this thread's rows: w (row tile, row g / g + 8, word) decoded under scale
+// bytes s and multiplied with x's 8-token tiles; x_words(j, q, v) gives word q of this thread's
+// block of x for token 8j + g (zeros where there is none).
+template <bool TWO, class X>
+__device__ __forceinline__ void span_math(float (&acc)[RT][NT][4], const u32 (&w)[RT][2][4], const u32 (&s)[RT][2],
+                                          const X& x_words) {
+    u32 f1[RT][2], f2[RT][2];
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (TWO) {
+                f1[r][h] = 0x7E807E80u;  // 2^126
+                const u32 bits = s[r][h] == 255u ? 0x7FC0u : (s[r][h] == 0u ? 0x0040u : (s[r][h] << 7));  // 2^(s-127)
+                f2[r][h] = bits * 0x10001u;
+            } else {
+                f1[r][h] = ((s[r][h] + 126u) << 7) * 0x10001u;  // 2^(s-1)
+                f2[r][h] = 0u;
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        u32 lo[RT][4], hi[RT][4];  // the A registers of K chunks 2q and 2q + 1, rows g and g + 8
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+            decode<TWO>(w[r][0][q], f1[r][0], f2[r][0], lo[r]);
+            decode<TWO>(w[r][1][q], f1[r][1], f2[r][1], hi[r]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            u32 v[4];
+            x_words(j, q, v);
+#if X_PAIRED
+            // x's elements come paired as the MMA takes them: (0, 4), (1, 5), (2, 6), (3, 7) of each 8
+            const u32 b00 = v[0], b01 = v[1], b10 = v[2], b11 = v[3];
+#else
+            const u32 b00 = permute(v[0], v[2], 0x5410u), b01 = permute(v[0], v[2], 0x7632u);
+            const u32 b10 = permute(v[1], v[3], 0x5410u), b11 = permute(v[1], v[3], 0x7632u);
+#endif
+#pragma unroll
+            for (int r = 0; r < RT; ++r) {
+                mma(acc[r][j], lo[r][0], hi[r][0], lo[r][1], hi[r][1], b00, b01);
+                mma(acc[r][j], lo[r][2], hi[r][2], lo[r][3], hi[r][3], b10, b11);
+            }
+        }
+    }
+}
+
+// span_math on the faster path unless a scale byte of the span is above 128 anywhere in the warp.
+template <class X>
+__device__ __forceinline__ void span(float (&acc)[RT][NT][4], const u32 (&w)[RT][2][4], const u32 (&s)[RT][2],
+                                     const X& x_words) {
+    bool big = false;
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) big |= s[r][h] > 128u;
+    if (__any_sync(FULL_MASK, big))
+        span_math<true>(acc, w, s, x_words);
+    else
+        span_math<false>(acc, w, s, x_words);
+}
+
+// x's words for span_math, read from global memory (through L1) when asked for.
+struct GlobalX {
+    const u16* p;  // this thread's block of x, token 0
+    i64 stride;
+    int M, g;
+    bool k_ok;
+    __device__ __forceinline__ void operator()(int j, int q, u32 (&v)[4]) const {
+        v[0] = v[1] = v[2] = v[3] = 0u;
+        const int token = 8 * j + g;
+        if (k_ok && token < M) load_x(p + token * stride + 8 * q, v[0], v[1], v[2], v[3]);
+    }
+};
+
+// ... from this thread's slots of a ring stage in shared memory.
+struct SharedX {
+    u32 address;
+    __device__ __forceinline__ void operator()(int j, int q, u32 (&v)[4]) const {
+        load_shared(address + (j * 4 + q) * 512, v);
+    }
+};
+
+// ... from registers loaded with the weight.
+struct RegisterX {
+    const u32 (&words)[NT][4][4];
+    __device__ __forceinline__ void operator()(int j, int q, u32 (&v)[4]) const {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = words[j][q][i];
+    }
+};
+
+extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
+    const u16* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ sc, const void* __restrict__ bias,
+    const int* __restrict__ ids, u16* __restrict__ y, int M, int N, int K, int sxa, int sxm, int swe, int swn,
+    int sse, int ssn, int sya, int sym, int sbe) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int wn = warp % WN, wk = warp / WN;
+    const int a = blockIdx.y;
+    const i64 e = HAS_IDS ? (i64)ids[a] : (i64)a;
+    const int blocks = K >> 5;
+    const int spans = (blocks + 3) >> 2;
+    const int n0 = blockIdx.x * (16 * RT * WN) + wn * (16 * RT);
+
+    const u8* wrow[RT][2];
+    const u8* srow[RT][2];
+    bool row_ok[RT][2];
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + 16 * r + g + 8 * h;
+            row_ok[r][h] = n < N;
+            const i64 row = n < N ? n : 0;
+            wrow[r][h] = w + e * swe + row * swn;
+            srow[r][h] = sc + e * sse + row * ssn;
+        }
+    }
+    const u16* xa = x + (i64)a * sxa;
+
+    float acc[RT][NT][4];
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[r][j][i] = 0.0f;
+
+#if ASYNC
+    // Each warp streams its spans through its own ring of S stages in shared memory: S - 1 spans
+    // in flight while one is computed; a thread reads back only the bytes it copied itself.
+    extern __shared__ uint4 ring[];
+    constexpr int SLOT = (RT * 2 + (X_ASYNC ? NT * 4 : 0)) * 32;  // 16-byte units per stage of a warp
+    const u32 base = shared_address(ring) + (u32)(warp * S * SLOT * 16 + lane * 16);
+    const int steps = spans > wk ? (spans - wk + WK - 1) / WK : 0;
+    u32 scales[S][RT][2];
+    auto issue = [&](int i, int stage) {
+        if (i < steps) {
+            const int block = (i * WK + wk) * 4 + t;
+            const bool k_ok = block < blocks;
+#pragma unroll
+            for (int r = 0; r < RT; ++r) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const bool ok = k_ok && row_ok[r][h];
+                    copy_weight(base + (stage * SLOT + (r * 2 + h) * 32) * 16, wrow[r][h] + (ok ? (i64)block * 16 : 0),
+                                ok ? 16u : 0u);
+                    scales[stage][r][h] = ok ? load_scale(srow[r][h] + block) : 127u;
+                }
+            }
+#if X_ASYNC
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const int token = 8 * j + g;
+                const bool ok = k_ok && token < M;
+#pragma unroll
+                for (int q = 0; q < 4; ++q)
+                    copy_x(base + (stage * SLOT + (RT * 2 + j * 4 + q) * 32) * 16,
+                           xa + (ok ? token * (i64)sxm + (i64)block * 32 + 8 * q : 0), ok ? 16u : 0u);
+            }
+#endif
+        }
+    };
+    auto consume = [&](int i, int stage) {
+        if (i < steps) {
+            const int block = (i * WK + wk) * 4 + t;
+            u32 words[RT][2][4];
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) load_shared(base + (stage * SLOT + (r * 2 + h) * 32) * 16, words[r][h]);
+#if X_ASYNC
+            span(acc, words, scales[stage], SharedX{base + (stage * SLOT + RT * 2 * 32) * 16});
+#else
+            span(acc, words, scales[stage], GlobalX{xa + (i64)block * 32, sxm, M, g, block < blocks});
+#endif
+        }
+    };
+#pragma unroll
+    for (int j = 0; j < S - 1; ++j) {
+        issue(j, j);
+        copies_commit();
+    }
+    for (int i0 = 0; i0 < steps; i0 += S) {
+#pragma unroll
+        for (int j = 0; j < S; ++j) {
+            issue(i0 + j + S - 1, (j + S - 1) % S);
+            copies_commit();
+            copies_wait<S - 1>();
+            consume(i0 + j, j);
+        }
+    }
+    copies_wait<0>();
+#else
+    // Registers: U spans a step, loaded whole before their arithmetic (DB: the next step's first).
+    const int steps = (spans + WK * U - 1) / (WK * U);
+    // x's words of each span come with the weight's (X_EARLY, up to 16 tokens), else when used.
+    constexpr int XU = X_EARLY ? U : 1;
+    constexpr int XJ = X_EARLY ? NT : 1;
+    auto load = [&](u32 (&w)[U][RT][2][4], u32 (&sc)[U][RT][2], u32 (&xw)[XU][XJ][4][4], int first) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int block = (first + u) * 4 + t;
+#pragma unroll
+            for (int r = 0; r < RT; ++r) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    if (PROBE == 2) {  // arithmetic only: made-up words, no loads
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) w[u][r][h][q] = (u32)(block * 4 + q + r * 2 + h) * 0x9E3779B9u;
+                        sc[u][r][h] = 120u;
+                    } else if (block < blocks && row_ok[r][h]) {
+                        load_weight(wrow[r][h] + (i64)block * 16, w[u][r][h][0], w[u][r][h][1], w[u][r][h][2],
+                                    w[u][r][h][3]);
+                        sc[u][r][h] = load_scale(srow[r][h] + block);
+                    } else {
+                        w[u][r][h][0] = w[u][r][h][1] = w[u][r][h][2] = w[u][r][h][3] = 0u;
+                        sc[u][r][h] = 127u;
+                    }
+                }
+            }
+#if X_EARLY
+            const GlobalX from{xa + (i64)block * 32, sxm, M, g, block < blocks};
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) from(j, q, xw[u][j][q]);
+#endif
+        }
+    };
+    auto math = [&](const u32 (&w)[U][RT][2][4], const u32 (&sc)[U][RT][2], const u32 (&xw)[XU][XJ][4][4], int first) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (first + u < spans) {  // the same for the whole warp
+                const int block = (first + u) * 4 + t;
+#if PROBE == 1  // loads only: the words folded into the result, no arithmetic
+                u32 fold = sc[u][0][0];
+#pragma unroll
+                for (int r = 0; r < RT; ++r)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) fold ^= w[u][r][h][0] ^ w[u][r][h][1] ^ w[u][r][h][2] ^ w[u][r][h][3];
+                acc[0][0][0] += (float)(fold & 1u);
+#elif X_EARLY
+                span(acc, w[u], sc[u], RegisterX{xw[u]});
+#else
+                span(acc, w[u], sc[u], GlobalX{xa + (i64)block * 32, sxm, M, g, block < blocks});
+#endif
+            }
+        }
+    };
+    u32 wa[U][RT][2][4], sa[U][RT][2], xa_[XU][XJ][4][4];
+#if DB
+    u32 wb[U][RT][2][4], sb[U][RT][2], xb_[XU][XJ][4][4];
+    load(wa, sa, xa_, wk * U);
+    for (int i = 0; i < steps; i += 2) {
+        if (i + 1 < steps) load(wb, sb, xb_, ((i + 1) * WK + wk) * U);
+        math(wa, sa, xa_, (i * WK + wk) * U);
+        if (i + 2 < steps) load(wa, sa, xa_, ((i + 2) * WK + wk) * U);
+        if (i + 1 < steps) math(wb, sb, xb_, ((i + 1) * WK + wk) * U);
+    }
+#else
+    for (int i = 0; i < steps; ++i) {
+        load(wa, sa, xa_, (i * WK + wk) * U);
+        math(wa, sa, xa_, (i * WK + wk) * U);
+    }
+#endif
+#endif
+
+#if WK > 1
+    __shared__ float partial[WK - 1][WN][RT][NT][4][32];
+    if (wk > 0) {
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) partial[wk - 1][wn][r][j][i][lane] = acc[r][j][i];
+    }
+    __syncthreads();
+    if (wk > 0) return;
+#pragma unroll
+    for (int p = 0; p < WK - 1; ++p)
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[r][j][i] += partial[p][wn][r][j][i][lane];
+#endif
+
+    u16* ya = y + (i64)a * sya;
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + 16 * r + g + 8 * h;
+            if (n >= N) continue;
+            float add = 0.0f;
+#if HAS_BIAS == 1  // bfloat16
+            add = __uint_as_float(((u32)((const u16*)bias)[e * sbe + n]) << 16);
+#elif HAS_BIAS == 2  // float32
+            add = ((const float*)bias)[e * sbe + n];
+#endif
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int token = 8 * j + 2 * t + c;
+                    if (token < M) ya[(i64)token * sym + n] = to_bf16(acc[r][j][2 * h + c] + add);
+                }
+            }
+        }
+    }
+}

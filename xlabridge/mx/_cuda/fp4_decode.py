@@ -1,0 +1,211 @@
+"""The MXFP4 decode matmul on Hopper and newer: ``fp4_decode.cu``, compiled at run time by the NVRTC
+that torch's CUDA build ships (``_runtime``), for up to ``MAX_ROWS`` rows of bfloat16 ``x`` (decode:
+a few tokens against a weight read once).
+
+Each configuration (``Config``) and token tile count is its own compiled kernel: the source is
+compiled with ``-D`` macros for the GPU's architecture, the binary kept on disk (``cache_dir``) so
+that a later process skips NVRTC. Which
+configuration a shape gets is measured by ``xlabridge.mx._triton.fp4_matmul``'s tuning, among
+``CANDIDATES``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import logging
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+from xlabridge import _env
+from xlabridge.mx._cuda import _runtime
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("fp4_decode.cu")
+MAX_ROWS = 64
+"""The most rows of ``x`` (tokens) a launch takes: eight tiles of 8, the MMA's ``n`` side."""
+BIAS_KINDS = {torch.bfloat16: 1, torch.float32: 2}
+"""The bias dtypes the kernel reads (its ``HAS_BIAS``; 0 is none)."""
+_INT32 = 2**31 - 1
+_LOCK = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One compiled kernel's shape: ``rt`` row tiles of 16 weight rows per warp, ``wn`` warps along
+    ``N`` (they share ``x`` through L1), ``wk`` warps splitting ``K`` (summed in shared memory), and
+    how loads stay in flight: ``stages`` > 1 streams each warp's spans of 128 elements of ``K``
+    through a ring of that many stages in shared memory (``x_async``: ``x``'s elements too);
+    ``stages`` = 0 holds them in registers, ``spans`` a step (``double``: the next step's loads
+    issued before this step's arithmetic). ``x_paired``: ``x`` is first copied with each 8 elements
+    in the order the MMA pairs them (one more launch, fewer instructions per span). ``min_blocks``: CTAs per SM the register budget is cut
+    for (``__launch_bounds__``)."""
+
+    rt: int = 1
+    wn: int = 1
+    wk: int = 4
+    spans: int = 1
+    double: bool = False
+    stages: int = 0
+    x_async: bool = False
+    x_paired: bool = False
+    min_blocks: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("rt", "wn", "wk", "spans", "min_blocks"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"fp4_decode.Config: {name} must be a positive int, got {value!r}")
+        if self.stages == 1 or self.stages < 0:
+            raise ValueError(f"fp4_decode.Config: stages must be 0 (registers) or at least 2, got {self.stages!r}")
+        if self.x_async and not self.stages:
+            raise ValueError("fp4_decode.Config: x_async needs stages (the ring in shared memory)")
+        if self.threads > 1024:
+            raise ValueError(f"fp4_decode.Config: wn * wk * 32 threads must be at most 1024, got {self.threads}")
+
+    @property
+    def threads(self) -> int:
+        return self.wn * self.wk * 32
+
+    @property
+    def rows(self) -> int:
+        """Weight rows per CTA."""
+        return 16 * self.rt * self.wn
+
+    def shared_bytes(self, nt: int) -> int:
+        """The partial sums the CTA adds: one set per warp along ``K`` past the first."""
+        return (self.wk - 1) * self.wn * self.rt * nt * 4 * 32 * 4
+
+    def ring_bytes(self, nt: int) -> int:
+        """The stages' shared memory (dynamic), for all the CTA's warps."""
+        return self.wn * self.wk * self.stages * (self.rt * 2 + (nt * 4 if self.x_async else 0)) * 32 * 16
+
+    def fits(self, nt: int) -> bool:
+        """Whether a CTA's shared memory fits a Hopper SM (227 KiB, static part 48 KiB)."""
+        return self.shared_bytes(nt) <= 48 * 1024 and self.shared_bytes(nt) + self.ring_bytes(nt) <= 227 * 1024
+
+
+def token_tiles(m: int) -> int:
+    """The MMA's 8-token tiles that ``m`` rows of ``x`` need."""
+    return -(-m // 8)
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels are kept: ``$XDG_CACHE_HOME/xlabridge/cuda`` (``~/.cache``)."""
+    return _env.cache_home() / "xlabridge" / "cuda"
+
+
+def compute_capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
+
+
+def available(device: torch.device) -> bool:
+    """Whether ``device`` runs the kernel: a CUDA GPU of compute capability 9.0 or newer (the
+    decoder's ``mul.rn.bf16x2`` is Hopper's)."""
+    return device.type == "cuda" and compute_capability(device) >= (9, 0)
+
+
+def refusal(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.Tensor | None,
+            bias: torch.Tensor | None) -> str | None:
+    """Why the kernel does not take these operands (``x`` ``[A, M, K]``, ``data`` ``[E, N, K/2]``,
+    ``scale`` ``[E, N, K/32]``), or None if it does."""
+    A, M, K = x.shape
+    if x.dtype != torch.bfloat16:
+        return f"x is {x.dtype}, the kernel takes bfloat16"
+    if not available(x.device):
+        return f"{x.device} is not a CUDA GPU of compute capability 9.0 or newer"
+    if M > MAX_ROWS:
+        return f"{M} rows of x, the kernel takes at most {MAX_ROWS}"
+    if K % 32:
+        return f"K={K} is not a multiple of 32"
+    if x.stride(-1) != 1 or x.stride(-2) % 8 or x.data_ptr() % 16:
+        return "x's rows are not contiguous and 16-byte aligned"
+    if not data.is_contiguous() or data.data_ptr() % 16 or not scale.is_contiguous():
+        return "the weight's data or scales are not contiguous (data 16-byte aligned)"
+    if bias is not None and (bias.dtype not in BIAS_KINDS or bias.stride(-1) != 1):
+        return f"bias is {bias.dtype} or strided; the kernel takes contiguous bfloat16 or float32"
+    if max(x.stride(0), data.stride(0), scale.stride(0), A * M * data.shape[-2]) > _INT32:
+        return "a stride past 32 bits"
+    return None
+
+
+def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe: int = 0) -> list[str]:
+    macros = {"NT": nt, "RT": config.rt, "WN": config.wn, "WK": config.wk, "U": config.spans,
+              "DB": int(config.double), "ASYNC": int(config.stages > 0), "S": max(config.stages, 2),
+              "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired), "X_EARLY": int(not config.stages and nt <= 2), "PROBE": probe, "MINB": config.min_blocks, "HAS_BIAS": bias,
+              "HAS_IDS": int(has_ids), "KERNEL": name}
+    return [f"-D{key}={value}" for key, value in macros.items()]
+
+
+def _name(config: Config, nt: int, bias: int, has_ids: bool) -> str:
+    return (f"mxfp4_decode_n{nt}_r{config.rt}_wn{config.wn}_wk{config.wk}_u{config.spans}_d{int(config.double)}"
+            f"_s{config.stages}_x{int(config.x_async)}{int(config.x_paired)}_b{config.min_blocks}_{bias}{int(has_ids)}")
+
+
+def binary(config: Config, nt: int, bias: int, has_ids: bool, capability: tuple[int, int]) -> bytes:
+    """The kernel's binary for ``sm_<capability>`` (``nt`` token tiles, ``bias`` kind of
+    ``BIAS_KINDS`` or 0): from the disk cache, else compiled by NVRTC (and kept)."""
+    name = _name(config, nt, bias, has_ids)
+    source = SOURCE.read_text()
+    options = _options(config, nt, bias, has_ids, name)
+    arch = f"{capability[0]}{capability[1]}"
+    version = ".".join(map(str, _runtime.nvrtc_version()))
+    key = hashlib.sha256("\0".join([source, arch, version, *options]).encode()).hexdigest()[:24]
+    path = cache_dir() / f"{name}-{key}.cubin"
+    try:
+        return path.read_bytes()
+    except OSError:
+        pass
+    code = _runtime.compile_cubin(source, name, arch, options)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        partial.write_bytes(code)
+        partial.replace(path)
+    except OSError as error:  # a read-only cache costs a compile per process, nothing else
+        logger.debug("MXFP4 decode kernel: not cached at %s: %s", path, error)
+    return code
+
+
+@functools.cache
+def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int) -> _runtime.Kernel:
+    """The kernel loaded on that device (its ``registers`` and ``local_bytes`` are the driver's)."""
+    device = torch.device("cuda", device_index)
+    code = binary(config, nt, bias, has_ids, compute_capability(device))
+    with _LOCK, torch.cuda.device(device):
+        torch.cuda.current_stream(device)  # torch's context made current on this thread
+        return _runtime.Kernel(code, _name(config, nt, bias, has_ids), config.ring_bytes(nt))
+
+
+def bias_kind(bias: torch.Tensor | None) -> int:
+    return 0 if bias is None else BIAS_KINDS[bias.dtype]
+
+
+def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.Tensor | None,
+           bias: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+    """``y[a] = x[a] @ dequantize(data[e], scale[e]).T (+ bias[e])``, ``e = ids[a]`` (or ``a``), in
+    one launch (``refusal`` is None for these operands)."""
+    nt = token_tiles(x.shape[1])
+    if not config.fits(nt):
+        raise ValueError(f"fp4_decode: {config} with {nt} token tiles needs more shared memory than an SM has")
+    run = kernel(config, nt, bias_kind(bias), ids is not None, x.device.index or 0)
+    return launch_loaded(run, config, x, data, scale, ids, bias, y)
+
+
+def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor,
+                  ids: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+    """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build)."""
+    A, M, K = x.shape
+    N = data.shape[-2]
+    if config.x_paired:  # each 8 elements as the MMA pairs them: 0, 4, 1, 5, 2, 6, 3, 7
+        x = x.view(A, M, K // 8, 2, 4).transpose(-1, -2).reshape(A, M, K)
+    run((-(-N // config.rows), A, 1), (config.threads, 1, 1),
+        [x, data, scale, bias, ids, y, M, N, K, x.stride(0), x.stride(1), data.stride(0), data.stride(1),
+         scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],
+        torch.cuda.current_stream(x.device).cuda_stream, config.ring_bytes(token_tiles(M)))
+    return y
