@@ -67,3 +67,35 @@ def make_input(shape: tuple[int, ...], dtype: torch.dtype, seed: int, block_size
         values[b] = _special_block(int(rng.integers(0, 9)), rng, block_size, dtype, elem)
     with np.errstate(over="ignore"):
         return torch.from_numpy(values.reshape(shape)).to(dtype)
+
+
+def mxfp4_extreme_scales(g: torch.Generator, n: int, rows: int, low: int, high: int, planted=()):
+    """MXFP4 matmul operands with the scale bytes at their extremes: ``x`` ``[2, rows, 1952]`` (61
+    blocks: a last span of one block in four, a split-K's partial step) near 2**-100, three experts'
+    weights ``[3, n, 976]`` bytes with scale bytes drawn from ``[low, high)``, and planted: 0 and 1,
+    253 and 254 over nibbles up to 1.5 (finite in bf16), 0xFF on rows 24-31 of block 4 of experts 0
+    and 1 (NaN rows), and ``planted`` ``(expert, rows, block, byte)``. Drawn from ``g`` in a fixed
+    order, so that a caller's later draws stay the same."""
+    data = torch.randint(0, 256, (3, n, 976), dtype=torch.uint8, generator=g)
+    scale = torch.randint(low, high, (3, n, 61), dtype=torch.uint8, generator=g)
+    scale[0, :8, 0], scale[1, :8, 1] = 0, 1
+    for expert, where, block, byte in planted:
+        scale[expert, where, block] = byte
+    for expert in (0, 1):
+        for first, block, byte in ((8, 2, 253), (16, 3, 254)):
+            scale[expert, first:first + 8, block] = byte
+            data[expert, first:first + 8, 16 * block:16 * block + 16] &= 0x33
+        scale[expert, 24:32, 4] = 255
+    x = (torch.randn(2, rows, 1952, generator=g) * 2.0**-100).bfloat16()
+    return x, data, scale
+
+
+def assert_within_bf16_of(got: torch.Tensor, exact: torch.Tensor) -> None:
+    """``got`` NaN exactly where ``exact`` is (the 0xFF rows of ``mxfp4_extreme_scales``), elsewhere
+    within a bf16 rounding of each output plus 2**-16 of its row's largest."""
+    got, exact = got.double().cpu(), exact.double().cpu()
+    nan = exact.isnan()
+    assert nan[:, :, 24:32].all() and int(nan.sum()) == nan[:, :, 24:32].numel() and bool((got.isnan() == nan).all())
+    exact = exact.nan_to_num(0.0)
+    tolerance = torch.finfo(torch.bfloat16).eps * exact.abs() + 2**-16 * exact.abs().amax(dim=1, keepdim=True)
+    assert bool(((got - exact).abs() <= tolerance)[~nan].all())

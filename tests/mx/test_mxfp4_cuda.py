@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.mx._cases import assert_within_bf16_of, mxfp4_extreme_scales
 from tests.mx._reference import dequantize_fp4_reference
 from xlabridge.mx._cuda import _runtime, fp4_decode
 from xlabridge.mx._triton import fp4_matmul
@@ -79,35 +80,18 @@ def test_operands_off_a_hopper_gpu_are_refused_with_why():
 
 
 def _operands(rows: int, seed: int):
-    """Two experts' rows of ``x`` against three experts' weights of 200 rows (not a multiple of 16)
-    and K = 1952 (61 blocks: the last span has one block of four), scale bytes around 2**-4 with the
-    extremes planted: 0 and 1, 129 and 130 (past the one-multiplication decode), 253 and 254 over
-    nibbles up to 1.5 (finite in bf16), and 0xFF (NaN rows)."""
+    """``mxfp4_extreme_scales`` for three experts' weights of 200 rows (not a multiple of 16), scale
+    bytes around 2**-4, and 129 and 130 planted too (past the one-multiplication decode); experts 1
+    and 0 chosen for x's two groups of rows."""
     g = torch.Generator().manual_seed(seed)
-    data = torch.randint(0, 256, (3, 200, 976), dtype=torch.uint8, generator=g)
-    scale = torch.randint(118, 128, (3, 200, 61), dtype=torch.uint8, generator=g)
-    scale[0, :8, 0], scale[1, :8, 1], scale[0, 40:48, 7], scale[1, 40:48, 60] = 0, 1, 129, 130
-    for expert in (0, 1):
-        for first, block, byte in ((8, 2, 253), (16, 3, 254)):
-            scale[expert, first:first + 8, block] = byte
-            data[expert, first:first + 8, 16 * block:16 * block + 16] &= 0x33
-        scale[expert, 24:32, 4] = 255
-    x = (torch.randn(2, rows, 1952, generator=g) * 2.0**-100).bfloat16()
-    return x, data, scale, torch.tensor([1, 0], dtype=torch.int32)
+    planted = ((0, slice(40, 48), 7, 129), (1, slice(40, 48), 60, 130))
+    return (*mxfp4_extreme_scales(g, 200, rows, 118, 128, planted), torch.tensor([1, 0], dtype=torch.int32))
 
 
 def _exact(x, data, scale, ids, bias):
     w = torch.from_numpy(dequantize_fp4_reference(data.numpy(), scale.numpy(), 32))[ids.long()]
     out = x.double() @ w.transpose(-1, -2)
     return out if bias is None else out + bias.double()[ids.long()][:, None, :]
-
-
-def _check(got: torch.Tensor, exact: torch.Tensor) -> None:
-    nan = exact.isnan()
-    assert nan[:, :, 24:32].all() and int(nan.sum()) == nan[:, :, 24:32].numel() and bool((got.isnan() == nan).all())
-    exact = exact.nan_to_num(0.0)
-    tolerance = torch.finfo(torch.bfloat16).eps * exact.abs() + 2**-16 * exact.abs().amax(dim=1, keepdim=True)
-    assert bool(((got.double() - exact).abs() <= tolerance)[~nan].all())
 
 
 @requires_hopper
@@ -121,7 +105,7 @@ def test_each_candidate_against_the_spec_with_extreme_scales(key, config):
     y = torch.empty(2, rows, 200, dtype=torch.bfloat16, device="cuda")
     assert fp4_decode.refusal(x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), bias.cuda()) is None
     fp4_decode.launch(config, x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), bias.cuda(), y)
-    _check(y.cpu(), _exact(x, data, scale, ids, bias))
+    assert_within_bf16_of(y.cpu(), _exact(x, data, scale, ids, bias))
 
 
 @requires_hopper
@@ -130,7 +114,7 @@ def test_one_token_without_ids_or_bias_matches_and_writes_only_its_row():
     y = torch.full((1, 1, 200), 7.0, dtype=torch.bfloat16, device="cuda")
     config = fp4_matmul.DECODE[1][0].decode
     fp4_decode.launch(config, x[:1].cuda(), data[:1].cuda(), scale[:1].cuda(), None, None, y)
-    _check(y.cpu(), _exact(x[:1], data[:1], scale[:1], torch.tensor([0]), None))
+    assert_within_bf16_of(y.cpu(), _exact(x[:1], data[:1], scale[:1], torch.tensor([0]), None))
 
 
 @requires_hopper
@@ -169,4 +153,4 @@ def test_under_a_cuda_graph_the_launch_is_captured_and_replayed():
     assert bool((y == 0).all())  # captured, not run
     graph.replay()
     torch.cuda.synchronize()
-    _check(y.cpu(), _exact(x.cpu(), data.cpu(), scale.cpu(), ids.cpu(), None))
+    assert_within_bf16_of(y.cpu(), _exact(x.cpu(), data.cpu(), scale.cpu(), ids.cpu(), None))
