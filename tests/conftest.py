@@ -23,6 +23,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from xlabridge import _optional
+from tests._torchrun_jobs import ddp_inductor_job  # a session fixture that several files read
 
 requires_xla = pytest.mark.skipif(
     not _optional.is_available("torch_xla"), reason="needs torch_xla (pip install 'xlabridge[xla]')"

@@ -25,21 +25,16 @@ class Model(nn.Module):
 p = argparse.ArgumentParser()
 p.add_argument("--backend", default="aot_eager")
 p.add_argument("--bucket-cap-mb", type=float, default=1.0)
-p.add_argument("--layers", type=int, default=3)
-p.add_argument("--steps", type=int, default=2)
-p.add_argument("--forward-only", action="store_true", help="no backward: the backend compiles forward graphs only")
 a = p.parse_args()
 dist.init_process_group("gloo")
 torch.manual_seed(0)
-model = Model(layers=a.layers)
+model = Model()
 step_fn = torch.compile(DDP(model, bucket_cap_mb=a.bucket_cap_mb), backend=a.backend)  # the user's line
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for _ in range(a.steps):
-    with torch.set_grad_enabled(not a.forward_only):
-        loss = step_fn(torch.randn(8, 512)).square().mean()  # CALL
-    if not a.forward_only:
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+for _ in range(2):
+    loss = step_fn(torch.randn(8, 512)).square().mean()  # CALL
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
 print(f"rank {dist.get_rank()}: loss {loss.item():.6f}")
 dist.destroy_process_group()

@@ -9,6 +9,10 @@ outside Python's standard library, inside torch) and the user's line that reache
 call, found in the script's text); DDPOptimizer's "created N buckets" at "bucket cap B" and the
 submodules its split graph holds give the split. Categories are held against the registry of
 graph-break codes torch ships (``graph_break_registry.json``, read here directly).
+
+The inductor job is shared (``tests/_torchrun_jobs.py``, once per session) with the time split's DDP
+job of test_time_shares.py: ``xlabridge/examples/torchrun_train.py``, wide enough that DDP's buckets
+cut it in two, under the same torch logs.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests._torchrun_jobs import Job
 from tests.diagnostics import _torch_logs
 from xlabridge.diagnostics._build import causes
 from xlabridge.diagnostics.report import Report
@@ -98,9 +103,15 @@ def _torchrun(directory: Path, backend: str, *extra: str, **environment: str
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     (directory / "stderr.txt").write_text(done.stderr)
     assert done.returncode == 0, done.stderr[-4000:]
-    report = Report.from_dict(json.loads((directory / "report.json").read_text()))
+    return _read(json.loads((directory / "report.json").read_text()), done.stderr)
+
+
+def _read(report_json: dict, stderr: str) -> tuple[Report, dict[int, str], dict[int, int]]:
+    """The report, each rank's lines of torch's logs (its ``[rankN]:`` lines of ``stderr``), and each rank's
+    process id."""
+    report = Report.from_dict(report_json)
     lines: dict[int, list[str]] = collections.defaultdict(list)
-    for line in done.stderr.splitlines():
+    for line in stderr.splitlines():
         if match := _RANK.match(line):
             lines[int(match[1])].append(line[match.end():])
     # a rank's helper processes (inductor's compile workers) inherit its rank: the rank is the one of them
@@ -223,14 +234,15 @@ def test_ddp_optimizer_s_splits_are_reported_with_the_bucket_size_that_made_them
 
 @needs_gloo
 @pytest.mark.slow  # an inductor compile on two ranks: the pinned suite runs it
-def test_inductor_is_named_inductor_through_ddp_optimizer(tmp_path):
-    # forward graphs only: the backend's name and the split are decided before any backward
-    report, logs, pids = _torchrun(tmp_path, "inductor", "--layers", "2", "--steps", "1", "--forward-only")
+def test_inductor_is_named_inductor_through_ddp_optimizer(ddp_inductor_job: Job):
+    report, logs, pids = _read(ddp_inductor_job.report, ddp_inductor_job.done.stderr)
     graphs = [g for g in report.dynamo_graphs if g.pid in pids.values()]
     assert graphs and {g.backend for g in graphs} == {"inductor"}
     for rank, pid in pids.items():
+        torch_says = _splits(logs[rank])
+        assert torch_says and all(n > 1 for _, n, _ in torch_says.values()), torch_says
         assert {g.compile_id: len(g.ddp_buckets) for g in graphs if g.pid == pid and g.ddp_buckets} == {
-            cid: n for cid, (_, n, _) in _splits(logs[rank]).items()}
+            cid: n for cid, (_, n, _) in torch_says.items()}
 
 
 # ---------------------------------------------------------------- which frame is a library's

@@ -57,15 +57,27 @@ def _run(tmp_path: Path, mode: str, observed: bool) -> subprocess.CompletedProce
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
 
 
+@pytest.fixture(scope="module")
+def observed_handler(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The observed run of the program with its own SIGTERM handler, read by two tests: what it printed
+    and how it ended (against the unobserved run), and its event log."""
+    tmp = tmp_path_factory.mktemp("handler")
+    return tmp, _run(tmp, "handler", observed=True)
+
+
 @pytest.mark.parametrize("mode", ["handler", "ignored", "fork"])
-def test_the_process_does_what_it_does_unobserved(tmp_path, mode):
-    plain, observed = _run(tmp_path, mode, observed=False), _run(tmp_path, mode, observed=True)
+def test_the_process_does_what_it_does_unobserved(tmp_path, mode, request):
+    if mode == "handler":
+        tmp_path, observed = request.getfixturevalue("observed_handler")
+    else:
+        observed = _run(tmp_path, mode, observed=True)
+    plain = _run(tmp_path, mode, observed=False)
     assert (observed.returncode, observed.stdout) == (plain.returncode, plain.stdout)
     assert plain.returncode == 0 and "alive" in plain.stdout
 
 
-def test_a_handler_from_before_observation_is_noted_with_the_signal(tmp_path):
-    _run(tmp_path, "handler", observed=True)
+def test_a_handler_from_before_observation_is_noted_with_the_signal(observed_handler):
+    tmp_path, _ = observed_handler
     (log,) = (tmp_path / "events").glob("events-*.jsonl")
     events = ev.read_log(log).events
     (received,) = [e for e in events if isinstance(e, ev.SignalReceived)]

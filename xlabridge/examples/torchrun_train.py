@@ -56,6 +56,11 @@ p.add_argument("--slow", default=None)
 p.add_argument("--slow-seconds", type=float, default=6.0)
 p.add_argument("--mean-loss", action="store_true")
 p.add_argument("--out", default=None)
+p.add_argument("--width", type=int, default=64,
+               help="the model's width; at 64 all its parameters fit DDP's first bucket (1 MiB), so DDPOptimizer "
+                    "compiles it as one graph; at 256 each block holds 2 MiB and the buckets split it")
+p.add_argument("--bucket-cap-mb", type=float, default=None,
+               help="DDP's bucket_cap_mb (DDP's own default where not given): where DDPOptimizer splits the graph")
 a = p.parse_args()
 
 
@@ -70,13 +75,13 @@ if device == "cuda":
     torch.cuda.set_device(rank)
 t_pg = time.time()
 torch.manual_seed(0)
-model = Model().to(device)
+model = Model(d=a.width).to(device)
 if a.compile == "blocks":
     for block in model.blocks:
         block.compile(backend=a.backend)
 if a.mode == "ddp":
     from torch.nn.parallel import DistributedDataParallel as DDP
-    wrapped = DDP(model)
+    wrapped = DDP(model) if a.bucket_cap_mb is None else DDP(model, bucket_cap_mb=a.bucket_cap_mb)
 else:
     from torch.distributed.fsdp import fully_shard
     for block in model.blocks:
@@ -93,7 +98,7 @@ for i in range(a.steps):
         os.kill(os.getpid(), signal.SIGKILL)
     if at(a.slow) == (rank, i):
         time.sleep(a.slow_seconds)
-    x = torch.randn(16, 64, generator=g).to(device)
+    x = torch.randn(16, a.width, generator=g).to(device)
     y = torch.randn(16, 8, generator=g).to(device)
     loss = ((step_fn(x) - y) ** 2).mean()
     loss.backward()
