@@ -295,16 +295,49 @@ _AUTOGRAD_WAIT = ("torch/autograd/graph.py", "_engine_run_backward")
 """Where a rank's main thread waits for its gradients' collectives: DDP's reducer and FSDP2's
 reduce-scatter complete inside autograd's engine, which ``backward()`` enters here."""
 
+_LAZY_BACKWARD = "compiling its backward graph (AOTAutograd's, at the first backward())"
+_COMPILING = (
+    ("torch/_dynamo/convert_frame.py", "_compile", "Dynamo compiling a frame"),
+    ("torch/fx/experimental/proxy_tensor.py", "dispatch_trace", "tracing a graph (AOTAutograd's forward and backward)"),
+    ("torch/_functorch/_aot_autograd/runtime_wrappers.py", "get_or_compile", _LAZY_BACKWARD),
+    ("torch/_dynamo/backends/common.py", "_wrapped_bw_compiler", _LAZY_BACKWARD),
+    ("torch/_inductor/compile_fx.py", "compile_fx_inner", "inductor compiling a graph"),
+)
+"""Frames that run only while torch compiles, with what each compiles. autograd's engine is no proof
+of a wait: AOTAutograd runs it on fake tensors to trace the backward graph while Dynamo compiles the
+forward (``dispatch_trace`` inside Dynamo's ``_compile``), and compiles that graph from inside it at
+the first ``backward()`` (``get_or_compile``, and the wrapper ``aot_autograd(...)`` backends such as
+inductor's hand it: ``_wrapped_bw_compiler``). A rank there is still compiling and waits for no other.
+A backend that hands ``aot_module_simplified`` its own backward compiler leaves no such frame on torch
+2.8 and 2.9; Dynamo's compile callbacks bracket that compile too (a stall's ``dynamo-compile``
+activity, ``lazy_backward``)."""
 
-def _waits(frames: Sequence[ev.Frame]) -> str:
-    """Where ``frames`` wait for the other ranks (a collective call, a backward of a distributed model), or ""."""
+
+def _compiling(frames: Sequence[ev.Frame], activities: Sequence[ev.Activity]) -> str:
+    """What torch was compiling on a stalled thread, in words, or "" where it compiled nothing."""
+    compile_ = next((a for a in activities if a.kind == ev.ActivityKind.DYNAMO_COMPILE), None)
+    if compile_ is not None:
+        return f"Dynamo compiling ({compile_.detail})"
+    for frame in frames:  # outermost first: the compile that holds the others
+        path = frame.filename.replace("\\", "/")
+        words = next((words for filename, function, words in _COMPILING
+                      if frame.function == function and path.endswith(filename)), "")
+        if words:
+            return words
+    return ""
+
+
+def _waits(frames: Sequence[ev.Frame], compiling: str) -> str:
+    """Where ``frames`` wait for the other ranks (a collective call, a backward of a distributed model), or "".
+
+    ``compiling``: what the thread was compiling (``_compiling``); a backward() that compiles waits for no one."""
     from xlabridge.diagnostics._build.endings import is_collective
 
     collective = next((f for f in reversed(frames) if is_collective(f)), None)
     if collective is not None:
         return f"the collective {collective.function}"
-    if any(f.filename.replace("\\", "/").endswith(_AUTOGRAD_WAIT[0]) and f.function == _AUTOGRAD_WAIT[1]
-           for f in frames):
+    if not compiling and any(f.filename.replace("\\", "/").endswith(_AUTOGRAD_WAIT[0])
+                             and f.function == _AUTOGRAD_WAIT[1] for f in frames):
         return "backward(), where DDP's and FSDP's gradient collectives wait for every rank"
     return ""
 
@@ -327,10 +360,13 @@ def holdups(report: Report, processes: Sequence[tuple[int, Sequence[ev.Event], U
         for stall in (e for e in events if isinstance(e, ev.Stall)):
             main = next((t for t in stall.threads if t.main), stall.threads[0] if stall.threads else None)
             frames = list(main.frames) if main is not None else []
+            mine = [a for a in stall.activities if main is None or a.thread in ("", main.name)]
+            compiling = _compiling(frames, mine)
             until = ends.get(stall.since, stall.t)
-            stalls.append((row, stall.since + offset, until + offset, _waits(frames), rule.innermost(frames), stall))
+            stalls.append((row, stall.since + offset, until + offset, _waits(frames, compiling),
+                           rule.innermost(frames), stall, compiling))
     waiting = [s for s in stalls if s[3]]
-    for row, since, until, waits, place, stall in stalls:
+    for row, since, until, waits, place, stall, compiling in stalls:
         if waits:
             continue
         # waiting at least a stall's length while this rank was elsewhere
@@ -339,8 +375,7 @@ def holdups(report: Report, processes: Sequence[tuple[int, Sequence[ev.Event], U
             continue
         names = sorted({name(w[0]) for w in held})
         where = f"{place.filename}:{place.lineno} ({place.function})" if place is not UNKNOWN else "an unknown line"
-        doing = f"Dynamo compiling ({stall.activities[-1].detail})" if any(
-            a.kind == ev.ActivityKind.DYNAMO_COMPILE for a in stall.activities) else "running Python, outside any collective"
+        doing = compiling or "running Python, outside any collective"
         message = (f"{name(row)} holds up {', '.join(names)}: for {until - since:.1f} s it was at {where}, {doing}, "
                    f"while {'they wait' if len(names) > 1 else 'it waits'} in {held[0][3]}"
                    f" (at {held[0][4].filename}:{held[0][4].lineno}). Find why this rank alone is slow there: a "
