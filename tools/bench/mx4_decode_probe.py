@@ -31,6 +31,7 @@ VARIANTS = {
     "registers rt1 wk8 u4": C(1, 1, 8, 4),
     "registers rt2 wk4": C(2, 1, 4, 1),
     "ring rt1 wk4 s4 x": C(1, 1, 4, 1, False, 4, True),
+    "ring rt1 wk4 s6": C(1, 1, 4, 1, False, 6),
 }
 PROBES = {0: "as built", 1: "loads only", 2: "arithmetic only"}
 

@@ -30,29 +30,26 @@ from tools.bench import mx4_linear  # noqa: E402
 from tools.bench.mx_cast import gpu_time  # noqa: E402
 from xlabridge.mx._cuda import _runtime, fp4_decode  # noqa: E402
 
-REGISTER_SHAPES = ((1, 1, 4, 1, False), (1, 1, 8, 1, False), (1, 1, 16, 1, False), (1, 1, 8, 1, True),
-                   (2, 1, 4, 1, False), (2, 1, 4, 2, False), (2, 1, 16, 2, False), (2, 1, 16, 1, True),
-                   (2, 2, 2, 1, False), (2, 1, 8, 2, False), (4, 1, 4, 1, False), (2, 1, 8, 1, True))
-"""(rt, wn, wk, spans, double) of the register path."""
-RING_WARPS = ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4))
+WARPS = ((1, 4), (1, 8), (1, 16), (2, 4))
+"""(wn, wk): warps along N sharing x through L1, and splitting K."""
 
 
 def configs(nt: int) -> list[fp4_decode.Config]:
-    """The register path's shapes (with register budgets cut for more CTAs per SM, and ``x`` paired
-    by the host), and the ring's: ``x`` through the ring where it fits (up to 16 tokens), ``x``
-    paired by the host and fewer registers asked for from 32 tokens."""
+    """The register path's shapes: row tiles a warp (four from 16 tokens), spans a step (four from
+    32 tokens) or the next step's loads first; the ring's depths, with ``x`` through the ring or
+    through L1 (through L1 only from 32 tokens); each with the register budget cut for more CTAs per
+    SM too; from 32 tokens, ``x`` paired by the host."""
     out = []
-    for rt, wn, wk, spans, double in REGISTER_SHAPES:
-        threads = wn * wk * 32
-        for blocks in sorted({1, 1024 // threads, 1280 // threads}):
-            for paired in (False, True):
+    steps = ((1, False), (2, False), (1, True)) + (((4, False),) if nt >= 4 else ())
+    for rt, (wn, wk), (spans, double) in itertools.product((1, 2, 4) if nt >= 2 else (1, 2), WARPS, steps):
+        if rt == 4 and wk == 16:
+            continue
+        for blocks in sorted({1, 1024 // (wn * wk * 32)}):
+            for paired in ((False, True) if nt >= 4 and spans == 1 and not double else (False,)):
                 out.append(fp4_decode.Config(rt, wn, wk, spans, double, 0, False, paired, blocks))
-    if nt <= 2:
-        for (wn, wk), rt, stages in itertools.product(RING_WARPS, (1, 2), (3, 4, 6, 8)):
-            out.append(fp4_decode.Config(rt, wn, wk, 1, False, stages, True))
-    else:
-        for (wn, wk), rt, stages, paired, blocks in itertools.product(RING_WARPS, (1, 2), (3, 4, 6), (False, True), (1, 2)):
-            out.append(fp4_decode.Config(rt, wn, wk, 1, False, stages, False, paired, blocks))
+    for rt, (wn, wk), stages, x_async in itertools.product((1, 2), WARPS, (4, 6, 8), (False, True) if nt <= 2 else (False,)):
+        for blocks in sorted({1, 1024 // (wn * wk * 32)}):
+            out.append(fp4_decode.Config(rt, wn, wk, 1, False, stages, x_async, False, blocks))
     return [c for c in out if c.fits(nt)]
 
 

@@ -21,8 +21,11 @@
 // NaN for s = 255).
 //
 // A CTA has WN x WK warps: WN warps side by side along N (RT tiles of 16 rows each) sharing x's
-// elements through L1, WK warps splitting K, whose partial sums the CTA adds in shared memory in
-// warp order (the result does not depend on timing).
+// elements through L1, WK warps splitting K into contiguous ranges of spans, whose partial sums the
+// CTA adds in shared memory in warp order (the result does not depend on timing). Each thread's
+// addresses are set once and moved on span by span; rows past N and tokens past M read row N - 1
+// and token M - 1 instead (their results are not written), so only the span K ends inside is read
+// with checks.
 //
 // Two ways to keep loads in flight: ASYNC = 0 holds them in registers (U spans a step; DB: the next
 // step's loads issued before this step's arithmetic; X_EARLY: x's words of a span loaded with the
@@ -57,8 +60,9 @@ __device__ __forceinline__ void load_x(const u16* p, u32& a, u32& b, u32& c, u32
 }
 
 __device__ __forceinline__ u32 load_scale(const u8* p) {
+    // kept in L1: a row's next seven spans have their scale bytes in the same 32-byte sector
     u16 v;
-    asm("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=h"(v) : "l"(p));
+    asm("ld.global.nc.u8 %0, [%1];" : "=h"(v) : "l"(p));
     return v;
 }
 
@@ -184,9 +188,9 @@ __device__ __forceinline__ void span_math(float (&acc)[RT][NT][4], const u32 (&w
     }
 }
 
-// span_math on the faster path unless a scale byte of the span is above 128 anywhere in the warp.
+// One span: span_math on the faster path unless a scale byte of the span is above 128 anywhere in the warp.
 template <class X>
-__device__ __forceinline__ void span(float (&acc)[RT][NT][4], const u32 (&w)[RT][2][4], const u32 (&s)[RT][2],
+__device__ __forceinline__ void one_span(float (&acc)[RT][NT][4], const u32 (&w)[RT][2][4], const u32 (&s)[RT][2],
                                      const X& x_words) {
     bool big = false;
 #pragma unroll
@@ -229,6 +233,19 @@ struct RegisterX {
     }
 };
 
+// ... from global memory (through L1): this thread's block of each token's row at `p`; zeros
+// where `ok` is false (the blocks past K).
+struct SpanX {
+    const u16* const (&p)[NT];
+    bool ok;
+    __device__ __forceinline__ void operator()(int j, int q, u32 (&v)[4]) const {
+        if (ok)
+            load_x(p[j] + 8 * q, v[0], v[1], v[2], v[3]);
+        else
+            v[0] = v[1] = v[2] = v[3] = 0u;
+    }
+};
+
 extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     const u16* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ sc, const void* __restrict__ bias,
     const int* __restrict__ ids, u16* __restrict__ y, int M, int N, int K, int sxa, int sxm, int swe, int swn,
@@ -242,20 +259,6 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     const int spans = (blocks + 3) >> 2;
     const int n0 = blockIdx.x * (16 * RT * WN) + wn * (16 * RT);
 
-    const u8* wrow[RT][2];
-    const u8* srow[RT][2];
-    bool row_ok[RT][2];
-#pragma unroll
-    for (int r = 0; r < RT; ++r) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int n = n0 + 16 * r + g + 8 * h;
-            row_ok[r][h] = n < N;
-            const i64 row = n < N ? n : 0;
-            wrow[r][h] = w + e * swe + row * swn;
-            srow[r][h] = sc + e * sse + row * ssn;
-        }
-    }
     const u16* xa = x + (i64)a * sxa;
 
     float acc[RT][NT][4];
@@ -266,62 +269,94 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[r][j][i] = 0.0f;
 
+    // Warp wk takes a contiguous range of spans. Rows past N and tokens past M read row N - 1 and
+    // token M - 1 (their results are not written), so that only the one span that K ends inside
+    // (K % 128) needs its loads checked: there, a block past K reads as zeros, weight and x alike.
+    const int per = (spans + WK - 1) / WK;
+    const int first = min(wk * per, spans), last = min(first + per, spans);
+    const int whole = blocks >> 2;  // spans whose four blocks all exist
+    // This thread's block of the next span to load, per row; moved on as spans are loaded
+    // (loop-carried, so not recomputed per span).
+    const u8* wp[RT][2];
+    const u8* sp[RT][2];
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const i64 n = min(n0 + 16 * r + g + 8 * h, N - 1);
+            wp[r][h] = w + e * swe + n * swn + 16 * (4 * first + t);
+            sp[r][h] = sc + e * sse + n * ssn + 4 * first + t;
+        }
+    }
+    const u16* xp[NT];  // x's block for the next span to read (or copy), token 8j + g
+#pragma unroll
+    for (int j = 0; j < NT; ++j) xp[j] = xa + (i64)min(8 * j + g, M - 1) * sxm + 32 * (4 * first + t);
+
 #if ASYNC
     // Each warp streams its spans through its own ring of S stages in shared memory: S - 1 spans
-    // in flight while one is computed; a thread reads back only the bytes it copied itself.
+    // in flight while one is computed; a thread reads back only the bytes it copied itself. The
+    // scale bytes come to registers, loaded as their span is copied.
     extern __shared__ uint4 ring[];
     constexpr int SLOT = (RT * 2 + (X_ASYNC ? NT * 4 : 0)) * 32;  // 16-byte units per stage of a warp
     const u32 base = shared_address(ring) + (u32)(warp * S * SLOT * 16 + lane * 16);
-    const int steps = spans > wk ? (spans - wk + WK - 1) / WK : 0;
     u32 scales[S][RT][2];
-    auto issue = [&](int i, int stage) {
-        if (i < steps) {
-            const int block = (i * WK + wk) * 4 + t;
-            const bool k_ok = block < blocks;
+    // Span `at` copied into `stage`; `check`: the span K ends inside (a literal at each call).
+    auto issue_span = [&](bool check, int at, int stage) {
+        const bool ok = !check || 4 * at + t < blocks;
 #pragma unroll
-            for (int r = 0; r < RT; ++r) {
+        for (int r = 0; r < RT; ++r) {
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const bool ok = k_ok && row_ok[r][h];
-                    copy_weight(base + (stage * SLOT + (r * 2 + h) * 32) * 16, wrow[r][h] + (ok ? (i64)block * 16 : 0),
-                                ok ? 16u : 0u);
-                    scales[stage][r][h] = ok ? load_scale(srow[r][h] + block) : 127u;
-                }
+            for (int h = 0; h < 2; ++h) {
+                copy_weight(base + (stage * SLOT + (r * 2 + h) * 32) * 16, ok ? (const void*)wp[r][h] : w, ok ? 16u : 0u);
+                scales[stage][r][h] = ok ? load_scale(sp[r][h]) : 127u;
+                wp[r][h] += 64;
+                sp[r][h] += 4;
             }
+        }
 #if X_ASYNC
 #pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                const int token = 8 * j + g;
-                const bool ok = k_ok && token < M;
+        for (int j = 0; j < NT; ++j) {
 #pragma unroll
-                for (int q = 0; q < 4; ++q)
-                    copy_x(base + (stage * SLOT + (RT * 2 + j * 4 + q) * 32) * 16,
-                           xa + (ok ? token * (i64)sxm + (i64)block * 32 + 8 * q : 0), ok ? 16u : 0u);
-            }
+            for (int q = 0; q < 4; ++q)
+                copy_x(base + (stage * SLOT + (RT * 2 + j * 4 + q) * 32) * 16, ok ? (const void*)(xp[j] + 8 * q) : x,
+                       ok ? 16u : 0u);
+            xp[j] += 128;
+        }
 #endif
+    };
+    auto issue = [&](int at, int stage) {
+        if (at < last) {
+            if (at < whole)
+                issue_span(false, at, stage);
+            else
+                issue_span(true, at, stage);
         }
     };
-    auto consume = [&](int i, int stage) {
-        if (i < steps) {
-            const int block = (i * WK + wk) * 4 + t;
+    auto consume = [&](int at, int stage) {
+        if (at < last) {
             u32 words[RT][2][4];
 #pragma unroll
             for (int r = 0; r < RT; ++r)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) load_shared(base + (stage * SLOT + (r * 2 + h) * 32) * 16, words[r][h]);
 #if X_ASYNC
-            span(acc, words, scales[stage], SharedX{base + (stage * SLOT + RT * 2 * 32) * 16});
+            one_span(acc, words, scales[stage], SharedX{base + (stage * SLOT + RT * 2 * 32) * 16});
 #else
-            span(acc, words, scales[stage], GlobalX{xa + (i64)block * 32, sxm, M, g, block < blocks});
+            if (at < whole)
+                one_span(acc, words, scales[stage], SpanX{xp, true});
+            else
+                one_span(acc, words, scales[stage], SpanX{xp, 4 * at + t < blocks});
+#pragma unroll
+            for (int j = 0; j < NT; ++j) xp[j] += 128;
 #endif
         }
     };
 #pragma unroll
     for (int j = 0; j < S - 1; ++j) {
-        issue(j, j);
+        issue(first + j, j);
         copies_commit();
     }
-    for (int i0 = 0; i0 < steps; i0 += S) {
+    for (int i0 = first; i0 < last; i0 += S) {
 #pragma unroll
         for (int j = 0; j < S; ++j) {
             issue(i0 + j + S - 1, (j + S - 1) % S);
@@ -332,58 +367,79 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     }
     copies_wait<0>();
 #else
-    // Registers: U spans a step, loaded whole before their arithmetic (DB: the next step's first).
-    const int steps = (spans + WK * U - 1) / (WK * U);
-    // x's words of each span come with the weight's (X_EARLY, up to 16 tokens), else when used.
+    // Registers: U spans a step, loaded whole before their arithmetic (DB: the next step's loads
+    // issued first).
     constexpr int XU = X_EARLY ? U : 1;
     constexpr int XJ = X_EARLY ? NT : 1;
-    auto load = [&](u32 (&w)[U][RT][2][4], u32 (&sc)[U][RT][2], u32 (&xw)[XU][XJ][4][4], int first) {
+    // Span `at`'s words; `check` (the span K ends inside; a literal at each call, so that the
+    // unchecked copy has no tests): a block past K reads as zeros.
+    auto load_span = [&](bool check, u32 (&wv)[RT][2][4], u32 (&sv)[RT][2], u32 (&xv)[XJ][4][4], int at) {
+        const bool ok = !check || 4 * at + t < blocks;
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                if (PROBE == 2) {  // arithmetic only: made-up words, no loads
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) wv[r][h][q] = (u32)(at * 16 + t * 4 + q + r * 2 + h) * 0x9E3779B9u;
+                    sv[r][h] = 120u;
+                } else if (ok) {
+                    load_weight(wp[r][h], wv[r][h][0], wv[r][h][1], wv[r][h][2], wv[r][h][3]);
+                    sv[r][h] = load_scale(sp[r][h]);
+                } else {
+                    wv[r][h][0] = wv[r][h][1] = wv[r][h][2] = wv[r][h][3] = 0u;
+                    sv[r][h] = 127u;
+                }
+                wp[r][h] += 64;
+                sp[r][h] += 4;
+            }
+        }
+#if X_EARLY
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                if (ok)
+                    load_x(xp[j] + 8 * q, xv[j][q][0], xv[j][q][1], xv[j][q][2], xv[j][q][3]);
+                else
+                    xv[j][q][0] = xv[j][q][1] = xv[j][q][2] = xv[j][q][3] = 0u;
+            }
+            xp[j] += 128;
+        }
+#endif
+    };
+    auto load = [&](u32 (&wv)[U][RT][2][4], u32 (&sv)[U][RT][2], u32 (&xv)[XU][XJ][4][4], int span) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const int block = (first + u) * 4 + t;
-#pragma unroll
-            for (int r = 0; r < RT; ++r) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    if (PROBE == 2) {  // arithmetic only: made-up words, no loads
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) w[u][r][h][q] = (u32)(block * 4 + q + r * 2 + h) * 0x9E3779B9u;
-                        sc[u][r][h] = 120u;
-                    } else if (block < blocks && row_ok[r][h]) {
-                        load_weight(wrow[r][h] + (i64)block * 16, w[u][r][h][0], w[u][r][h][1], w[u][r][h][2],
-                                    w[u][r][h][3]);
-                        sc[u][r][h] = load_scale(srow[r][h] + block);
-                    } else {
-                        w[u][r][h][0] = w[u][r][h][1] = w[u][r][h][2] = w[u][r][h][3] = 0u;
-                        sc[u][r][h] = 127u;
-                    }
-                }
+            if (u == 0 || span + u < last) {
+                if (span + u < whole)
+                    load_span(false, wv[u], sv[u], xv[X_EARLY ? u : 0], span + u);
+                else
+                    load_span(true, wv[u], sv[u], xv[X_EARLY ? u : 0], span + u);
             }
-#if X_EARLY
-            const GlobalX from{xa + (i64)block * 32, sxm, M, g, block < blocks};
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) from(j, q, xw[u][j][q]);
-#endif
         }
     };
-    auto math = [&](const u32 (&w)[U][RT][2][4], const u32 (&sc)[U][RT][2], const u32 (&xw)[XU][XJ][4][4], int first) {
+    auto math = [&](const u32 (&wv)[U][RT][2][4], const u32 (&sv)[U][RT][2], const u32 (&xv)[XU][XJ][4][4], int span) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            if (first + u < spans) {  // the same for the whole warp
-                const int block = (first + u) * 4 + t;
+            if (u == 0 || span + u < last) {
 #if PROBE == 1  // loads only: the words folded into the result, no arithmetic
-                u32 fold = sc[u][0][0];
+                u32 fold = sv[u][0][0];
 #pragma unroll
                 for (int r = 0; r < RT; ++r)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) fold ^= w[u][r][h][0] ^ w[u][r][h][1] ^ w[u][r][h][2] ^ w[u][r][h][3];
+                    for (int h = 0; h < 2; ++h) fold ^= wv[u][r][h][0] ^ wv[u][r][h][1] ^ wv[u][r][h][2] ^ wv[u][r][h][3];
                 acc[0][0][0] += (float)(fold & 1u);
 #elif X_EARLY
-                span(acc, w[u], sc[u], RegisterX{xw[u]});
+                one_span(acc, wv[u], sv[u], RegisterX{xv[u]});
 #else
-                span(acc, w[u], sc[u], GlobalX{xa + (i64)block * 32, sxm, M, g, block < blocks});
+                const int at = span + u;
+                if (at < whole)
+                    one_span(acc, wv[u], sv[u], SpanX{xp, true});
+                else
+                    one_span(acc, wv[u], sv[u], SpanX{xp, 4 * at + t < blocks});
+#pragma unroll
+                for (int j = 0; j < NT; ++j) xp[j] += 128;
 #endif
             }
         }
@@ -391,17 +447,17 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     u32 wa[U][RT][2][4], sa[U][RT][2], xa_[XU][XJ][4][4];
 #if DB
     u32 wb[U][RT][2][4], sb[U][RT][2], xb_[XU][XJ][4][4];
-    load(wa, sa, xa_, wk * U);
-    for (int i = 0; i < steps; i += 2) {
-        if (i + 1 < steps) load(wb, sb, xb_, ((i + 1) * WK + wk) * U);
-        math(wa, sa, xa_, (i * WK + wk) * U);
-        if (i + 2 < steps) load(wa, sa, xa_, ((i + 2) * WK + wk) * U);
-        if (i + 1 < steps) math(wb, sb, xb_, ((i + 1) * WK + wk) * U);
+    if (first < last) load(wa, sa, xa_, first);
+    for (int span = first; span < last; span += 2 * U) {
+        if (span + U < last) load(wb, sb, xb_, span + U);
+        math(wa, sa, xa_, span);
+        if (span + 2 * U < last) load(wa, sa, xa_, span + 2 * U);
+        if (span + U < last) math(wb, sb, xb_, span + U);
     }
 #else
-    for (int i = 0; i < steps; ++i) {
-        load(wa, sa, xa_, (i * WK + wk) * U);
-        math(wa, sa, xa_, (i * WK + wk) * U);
+    for (int span = first; span < last; span += U) {
+        load(wa, sa, xa_, span);
+        math(wa, sa, xa_, span);
     }
 #endif
 #endif
