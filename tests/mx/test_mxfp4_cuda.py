@@ -154,3 +154,18 @@ def test_under_a_cuda_graph_the_launch_is_captured_and_replayed():
     graph.replay()
     torch.cuda.synchronize()
     assert_within_bf16_of(y.cpu(), _exact(x.cpu(), data.cpu(), scale.cpu(), ids.cpu(), None))
+
+
+def test_paired_x_puts_each_element_where_the_kernel_s_loads_take_it():
+    """``paired_x`` against the layout worked out element by element: K (200) padded to two spans
+    with zeros; element ``128 s + 32 t + 8 q + e`` of a row lands at ``128 s + 32 q + 8 t + p``, where
+    ``p`` is the MMA's pair order ``e`` = 0, 4, 1, 5, 2, 6, 3, 7."""
+    x = torch.randn(2, 3, 200).bfloat16()
+    got = fp4_decode.paired_x(x)
+    assert got.shape == (2, 3, 256)
+    expected = torch.zeros(2, 3, 256, dtype=torch.bfloat16)
+    order = (0, 4, 1, 5, 2, 6, 3, 7)
+    for k in range(200):
+        s, t, q, e = k // 128, k % 128 // 32, k % 32 // 8, k % 8
+        expected[:, :, 128 * s + 32 * q + 8 * t + order.index(e)] = x[:, :, k]
+    assert torch.equal(got, expected)

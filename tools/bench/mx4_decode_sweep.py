@@ -38,14 +38,14 @@ def configs(nt: int) -> list[fp4_decode.Config]:
     """The register path's shapes: row tiles a warp (four from 16 tokens), spans a step (four from
     32 tokens) or the next step's loads first; the ring's depths, with ``x`` through the ring or
     through L1 (through L1 only from 32 tokens); each with the register budget cut for more CTAs per
-    SM too; from 32 tokens, ``x`` paired by the host."""
+    SM too; from 16 tokens, ``x`` paired by the host (one span a step)."""
     out = []
     steps = ((1, False), (2, False), (1, True)) + (((4, False),) if nt >= 4 else ())
     for rt, (wn, wk), (spans, double) in itertools.product((1, 2, 4) if nt >= 2 else (1, 2), WARPS, steps):
         if rt == 4 and wk == 16:
             continue
         for blocks in sorted({1, 1024 // (wn * wk * 32)}):
-            for paired in ((False, True) if nt >= 4 and spans == 1 and not double else (False,)):
+            for paired in ((False, True) if nt >= 2 and spans == 1 else (False,)):
                 out.append(fp4_decode.Config(rt, wn, wk, spans, double, 0, False, paired, blocks))
     for rt, (wn, wk), stages, x_async in itertools.product((1, 2), WARPS, (4, 6, 8), (False, True) if nt <= 2 else (False,)):
         for blocks in sorted({1, 1024 // (wn * wk * 32)}):

@@ -732,8 +732,12 @@ BENCHMARKS = (
     Benchmark("mx4_linear.json", "tools/bench/mx4_linear.py", "The fused MXFP4 linear on CUDA",
               "The MXFP4 linear (weight kept MXFP4 in HBM, dequantized in the kernel) against bf16 `linear` at decode "
               "shapes, 1 to 64 tokens.", _mx4_linear),
+    Benchmark("mx4_linear_h200.json", "tools/bench/mx4_linear.py", "The fused MXFP4 linear on an H200",
+              "The same benchmark on the H200 the device machine lent, with the decode kernel's addresses set once a "
+              "thread and its candidates from the H200 sweep.", _mx4_linear),
     Benchmark("mx4_decode_sweep.json", "tools/bench/mx4_decode_sweep.py --tokens 1,16", "The CUDA decode kernel's sweep",
-              "Every configuration of the CUDA MXFP4 decode kernel on the H100, at 1 and 16 tokens.", _mx4_decode_sweep),
+              "Every configuration of an earlier build of the CUDA MXFP4 decode kernel (addresses recomputed each span) "
+              "on the H100, at 1 and 16 tokens.", _mx4_decode_sweep),
     Benchmark("mx4_decode_sweep_h200.json", "tools/bench/mx4_decode_sweep.py", "The CUDA decode kernel's sweep on an H200",
               "The same sweep at every token count the linear benchmark runs, on the H200 the device machine lent: "
               "the candidates the tuning times come from it.", _mx4_decode_sweep),
@@ -798,7 +802,7 @@ def _mx4_linear_grid(data: dict) -> list[str]:
     ]
 
 
-GUIDE_BLOCKS = {"mx4_linear.json": _mx4_linear_grid}
+GUIDE_BLOCKS = {"mx4_linear.json": _mx4_linear_grid, "mx4_linear_h200.json": _mx4_linear_grid}
 """The tables of docs/guides/mxfp4.md generated from a results file, between the markers ``_BLOCK`` finds."""
 
 

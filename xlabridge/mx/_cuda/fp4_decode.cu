@@ -32,7 +32,10 @@
 // weight's, not when the arithmetic reaches them); ASYNC = 1 streams each warp's spans through a
 // ring of S stages in shared memory by asynchronous copies (X_ASYNC: x's elements too, else x is
 // read from global memory through L1 at each span). X_PAIRED: the host gave x with each 8 elements
-// in the order the MMA pairs them (0, 4, 1, 5, 2, 6, 3, 7), so no byte permutes are needed.
+// in the order the MMA pairs them (0, 4, 1, 5, 2, 6, 3, 7), so no byte permutes are needed, and
+// each span's 8-element chunks in the order (q, t), K padded with zeros to a whole span: the four
+// threads of a quad then read one 64-byte run of a token's row per load, not four 16-byte pieces
+// 64 bytes apart, half the L1 wavefronts per load.
 //
 // PROBE (benchmarks only, register path): 1 loads without the arithmetic, 2 the arithmetic without
 // the loads; 0 otherwise.
@@ -47,6 +50,9 @@ typedef unsigned char u8;
 typedef long long i64;
 
 #define FULL_MASK 0xffffffffu
+// Elements between a thread's chunk q and q + 1 of x in a span, and between threads t and t + 1.
+#define X_CHUNK (X_PAIRED ? 32 : 8)
+#define X_T (X_PAIRED ? 8 : 32)
 
 __device__ __forceinline__ void load_weight(const u8* p, u32& a, u32& b, u32& c, u32& d) {
     // read once per call: not kept in L1
@@ -203,20 +209,7 @@ __device__ __forceinline__ void one_span(float (&acc)[RT][NT][4], const u32 (&w)
         span_math<false>(acc, w, s, x_words);
 }
 
-// x's words for span_math, read from global memory (through L1) when asked for.
-struct GlobalX {
-    const u16* p;  // this thread's block of x, token 0
-    i64 stride;
-    int M, g;
-    bool k_ok;
-    __device__ __forceinline__ void operator()(int j, int q, u32 (&v)[4]) const {
-        v[0] = v[1] = v[2] = v[3] = 0u;
-        const int token = 8 * j + g;
-        if (k_ok && token < M) load_x(p + token * stride + 8 * q, v[0], v[1], v[2], v[3]);
-    }
-};
-
-// ... from this thread's slots of a ring stage in shared memory.
+// x's words for span_math from this thread's slots of a ring stage in shared memory.
 struct SharedX {
     u32 address;
     __device__ __forceinline__ void operator()(int j, int q, u32 (&v)[4]) const {
@@ -240,7 +233,7 @@ struct SpanX {
     bool ok;
     __device__ __forceinline__ void operator()(int j, int q, u32 (&v)[4]) const {
         if (ok)
-            load_x(p[j] + 8 * q, v[0], v[1], v[2], v[3]);
+            load_x(p[j] + X_CHUNK * q, v[0], v[1], v[2], v[3]);
         else
             v[0] = v[1] = v[2] = v[3] = 0u;
     }
@@ -290,7 +283,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     }
     const u16* xp[NT];  // x's block for the next span to read (or copy), token 8j + g
 #pragma unroll
-    for (int j = 0; j < NT; ++j) xp[j] = xa + (i64)min(8 * j + g, M - 1) * sxm + 32 * (4 * first + t);
+    for (int j = 0; j < NT; ++j) xp[j] = xa + (i64)min(8 * j + g, M - 1) * sxm + 128 * first + X_T * t;
 
 #if ASYNC
     // Each warp streams its spans through its own ring of S stages in shared memory: S - 1 spans
@@ -318,7 +311,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
         for (int j = 0; j < NT; ++j) {
 #pragma unroll
             for (int q = 0; q < 4; ++q)
-                copy_x(base + (stage * SLOT + (RT * 2 + j * 4 + q) * 32) * 16, ok ? (const void*)(xp[j] + 8 * q) : x,
+                copy_x(base + (stage * SLOT + (RT * 2 + j * 4 + q) * 32) * 16, ok ? (const void*)(xp[j] + X_CHUNK * q) : x,
                        ok ? 16u : 0u);
             xp[j] += 128;
         }
@@ -400,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 if (ok)
-                    load_x(xp[j] + 8 * q, xv[j][q][0], xv[j][q][1], xv[j][q][2], xv[j][q][3]);
+                    load_x(xp[j] + X_CHUNK * q, xv[j][q][0], xv[j][q][1], xv[j][q][2], xv[j][q][3]);
                 else
                     xv[j][q][0] = xv[j][q][1] = xv[j][q][2] = xv[j][q][3] = 0u;
             }

@@ -42,9 +42,10 @@ class Config:
     how loads stay in flight: ``stages`` > 1 streams each warp's spans of 128 elements of ``K``
     through a ring of that many stages in shared memory (``x_async``: ``x``'s elements too);
     ``stages`` = 0 holds them in registers, ``spans`` a step (``double``: the next step's loads
-    issued before this step's arithmetic). ``x_paired``: ``x`` is first copied with each 8 elements
-    in the order the MMA pairs them (one more launch, fewer instructions per span). ``min_blocks``: CTAs per SM the register budget is cut
-    for (``__launch_bounds__``)."""
+    issued before this step's arithmetic). ``x_paired``: ``x`` is first copied (``paired_x``) with
+    each 8 elements in the order the MMA pairs them and each span's chunks in the order its loads
+    take them (one or two more launches; no byte permutes, half the L1 wavefronts per load of
+    ``x``). ``min_blocks``: CTAs per SM the register budget is cut for (``__launch_bounds__``)."""
 
     rt: int = 1
     wn: int = 1
@@ -186,6 +187,18 @@ def bias_kind(bias: torch.Tensor | None) -> int:
     return 0 if bias is None else BIAS_KINDS[bias.dtype]
 
 
+def paired_x(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (``[A, M, K]``) as ``x_paired`` kernels read it: ``K`` padded with zeros to a multiple
+    of 128 (a span); in each span, element ``32 t + 8 q + e`` (thread ``t``'s block, its chunk ``q``)
+    moved to ``32 q + 8 t + p``, with ``e`` = 0, 4, 1, 5, 2, 6, 3, 7 for ``p`` = 0 .. 7 (the MMA's pairs)."""
+    A, M, K = x.shape
+    padded = -(-K // 128) * 128
+    if padded != K:
+        x = torch.nn.functional.pad(x, (0, padded - K))
+    # [span, t, q, half, k] -> [span, q, t, k, half]
+    return x.view(A, M, padded // 128, 4, 4, 2, 4).permute(0, 1, 2, 4, 3, 6, 5).reshape(A, M, padded)
+
+
 def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.Tensor | None,
            bias: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
     """``y[a] = x[a] @ dequantize(data[e], scale[e]).T (+ bias[e])``, ``e = ids[a]`` (or ``a``), in
@@ -202,8 +215,8 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
     """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build)."""
     A, M, K = x.shape
     N = data.shape[-2]
-    if config.x_paired:  # each 8 elements as the MMA pairs them: 0, 4, 1, 5, 2, 6, 3, 7
-        x = x.view(A, M, K // 8, 2, 4).transpose(-1, -2).reshape(A, M, K)
+    if config.x_paired:  # each 8 elements as the MMA pairs them, each span's chunks in (q, t) order
+        x = paired_x(x)
     run((-(-N // config.rows), A, 1), (config.threads, 1, 1),
         [x, data, scale, bias, ids, y, M, N, K, x.stride(0), x.stride(1), data.stride(0), data.stride(1),
          scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],

@@ -88,11 +88,11 @@ def _decode(*configs: fp4_decode.Config) -> tuple[Config, ...]:
 
 _D = fp4_decode.Config
 DECODE: dict[int, tuple[Config, ...]] = {
-    1: _decode(_D(1, 1, 8, 1, min_blocks=4), _D(1, 1, 16, 1, min_blocks=2), _D(1, 1, 4, 1, min_blocks=8),
-               _D(2, 1, 4, 1, True), _D(1, 1, 8, 2), _D(2, 1, 4, 1)),
-    2: _decode(_D(2, 1, 8, 1), _D(2, 1, 16, 1), _D(2, 1, 4, 1), _D(2, 1, 8, 1, True), _D(2, 1, 4, 1, x_paired=True)),
-    4: _decode(_D(2, 1, 8, 4), _D(4, 1, 4, 1), _D(2, 2, 4, 1, True), _D(2, 1, 8, 1, True)),
-    8: _decode(_D(2, 1, 4, 1, True), _D(4, 1, 4, 1)),
+    1: _decode(_D(1, 1, 8, 1, min_blocks=4), _D(1, 1, 16, 1, min_blocks=2), _D(2, 1, 4, 1, True), _D(2, 1, 4, 1),
+               _D(2, 2, 4, 1, True)),
+    2: _decode(_D(2, 1, 8, 1), _D(2, 1, 16, 1), _D(2, 1, 4, 1), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True)),
+    4: _decode(_D(2, 1, 8, 4), _D(4, 1, 4, 1), _D(2, 1, 4, 4), _D(2, 1, 8, 1, True)),
+    8: _decode(_D(2, 1, 4, 1, True, x_paired=True), _D(2, 1, 4, 1, True)),
 }
 """The CUDA decode kernel's candidates per number of 8-row token tiles, rounded up to a key here
 (3 takes 4's, 5 to 7 take 8's): the fastest of ``tools/bench/mx4_decode_sweep.py``'s sweep over
