@@ -194,10 +194,11 @@ __device__ __forceinline__ void span_math(float (&acc)[RT][NT][4], const u32 (&w
     }
 }
 
-// One span: span_math on the faster path unless a scale byte of the span is above 128 anywhere in the warp.
+// One span: span_math on the faster path unless a scale byte of the span is above 128 anywhere in
+// the warp.
 template <class X>
 __device__ __forceinline__ void one_span(float (&acc)[RT][NT][4], const u32 (&w)[RT][2][4], const u32 (&s)[RT][2],
-                                     const X& x_words) {
+                                         const X& x_words) {
     bool big = false;
 #pragma unroll
     for (int r = 0; r < RT; ++r)
@@ -300,7 +301,8 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
         for (int r = 0; r < RT; ++r) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                copy_weight(base + (stage * SLOT + (r * 2 + h) * 32) * 16, ok ? (const void*)wp[r][h] : w, ok ? 16u : 0u);
+                copy_weight(base + (stage * SLOT + (r * 2 + h) * 32) * 16, ok ? (const void*)wp[r][h] : w,
+                            ok ? 16u : 0u);
                 scales[stage][r][h] = ok ? load_scale(sp[r][h]) : 127u;
                 wp[r][h] += 64;
                 sp[r][h] += 4;
@@ -311,7 +313,8 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
         for (int j = 0; j < NT; ++j) {
 #pragma unroll
             for (int q = 0; q < 4; ++q)
-                copy_x(base + (stage * SLOT + (RT * 2 + j * 4 + q) * 32) * 16, ok ? (const void*)(xp[j] + X_CHUNK * q) : x,
+                copy_x(base + (stage * SLOT + (RT * 2 + j * 4 + q) * 32) * 16,
+                       ok ? (const void*)(xp[j] + X_CHUNK * q) : x,
                        ok ? 16u : 0u);
             xp[j] += 128;
         }
@@ -421,7 +424,8 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #pragma unroll
                 for (int r = 0; r < RT; ++r)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) fold ^= wv[u][r][h][0] ^ wv[u][r][h][1] ^ wv[u][r][h][2] ^ wv[u][r][h][3];
+                    for (int h = 0; h < 2; ++h)
+                        fold ^= wv[u][r][h][0] ^ wv[u][r][h][1] ^ wv[u][r][h][2] ^ wv[u][r][h][3];
                 acc[0][0][0] += (float)(fold & 1u);
 #elif X_EARLY
                 one_span(acc, wv[u], sv[u], RegisterX{xv[u]});

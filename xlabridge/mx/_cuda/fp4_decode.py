@@ -138,8 +138,9 @@ def refusal(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe: int = 0) -> list[str]:
     macros = {"NT": nt, "RT": config.rt, "WN": config.wn, "WK": config.wk, "U": config.spans,
               "DB": int(config.double), "ASYNC": int(config.stages > 0), "S": max(config.stages, 2),
-              "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired), "X_EARLY": int(not config.stages and nt <= 2), "PROBE": probe, "MINB": config.min_blocks, "HAS_BIAS": bias,
-              "HAS_IDS": int(has_ids), "KERNEL": name}
+              "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired),
+              "X_EARLY": int(not config.stages and nt <= 2), "PROBE": probe, "MINB": config.min_blocks,
+              "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
