@@ -285,6 +285,16 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     const u16* xp[NT];  // x's block for the next span to read (or copy), token 8j + g
 #pragma unroll
     for (int j = 0; j < NT; ++j) xp[j] = xa + (i64)min(8 * j + g, M - 1) * sxm + 128 * first + X_T * t;
+    // Span `at`'s arithmetic with x's words read from global memory at xp (zeros past K), then xp
+    // moved on; the test for K's last span is out of the unchecked copy, as in the loads.
+    auto span_with_global_x = [&](const u32 (&wv)[RT][2][4], const u32 (&sv)[RT][2], int at) {
+        if (at < whole)
+            one_span(acc, wv, sv, SpanX{xp, true});
+        else
+            one_span(acc, wv, sv, SpanX{xp, 4 * at + t < blocks});
+#pragma unroll
+        for (int j = 0; j < NT; ++j) xp[j] += 128;
+    };
 
 #if ASYNC
     // Each warp streams its spans through its own ring of S stages in shared memory: S - 1 spans
@@ -338,12 +348,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #if X_ASYNC
             one_span(acc, words, scales[stage], SharedX{base + (stage * SLOT + RT * 2 * 32) * 16});
 #else
-            if (at < whole)
-                one_span(acc, words, scales[stage], SpanX{xp, true});
-            else
-                one_span(acc, words, scales[stage], SpanX{xp, 4 * at + t < blocks});
-#pragma unroll
-            for (int j = 0; j < NT; ++j) xp[j] += 128;
+            span_with_global_x(words, scales[stage], at);
 #endif
         }
     };
@@ -430,13 +435,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #elif X_EARLY
                 one_span(acc, wv[u], sv[u], RegisterX{xv[u]});
 #else
-                const int at = span + u;
-                if (at < whole)
-                    one_span(acc, wv[u], sv[u], SpanX{xp, true});
-                else
-                    one_span(acc, wv[u], sv[u], SpanX{xp, 4 * at + t < blocks});
-#pragma unroll
-                for (int j = 0; j < NT; ++j) xp[j] += 128;
+                span_with_global_x(wv[u], sv[u], span + u);
 #endif
             }
         }
