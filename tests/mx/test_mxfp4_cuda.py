@@ -1,7 +1,8 @@
-"""The CUDA MXFP4 decode kernel (``xlabridge/mx/_cuda``): its source compiled by NVRTC for Hopper in
-every environment (a compiler, no GPU needed); on a Hopper GPU, every candidate the tuning times
-against the float64 product of the NumPy model of the OCP MX spec, with the scale bytes at their
-extremes, expert ids and both bias dtypes; and the operands it refuses, with why.
+"""The CUDA MXFP4 decode kernels (``xlabridge/mx/_cuda``: ``fp4_decode`` and the warpgroup kernel
+``fp4_wgmma``): their sources compiled by NVRTC for Hopper in every environment (a compiler, no GPU
+needed); on a Hopper GPU, every candidate the tuning times, and the warpgroup kernel with K split
+across CTAs and not, against the float64 product of the NumPy model of the OCP MX spec, with the
+scale bytes at their extremes, expert ids and both bias dtypes; and the operands they refuse, with why.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import torch
 
 from tests.mx._cases import assert_within_bf16_of, mxfp4_extreme_scales
 from tests.mx._reference import dequantize_fp4_reference
-from xlabridge.mx._cuda import _runtime, fp4_decode
+from xlabridge.mx._cuda import _runtime, fp4_decode, fp4_wgmma
 from xlabridge.mx._triton import fp4_matmul
 
 
@@ -25,6 +26,17 @@ def _nvrtc_or_skip() -> None:
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
 requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs a CUDA GPU of compute capability 9.0 or newer (the device machine)")
 CANDIDATES = [(key, config.decode) for key, configs in fp4_matmul.DECODE.items() for config in configs]
+WARPGROUP = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _name(config, nt, bias=0, ids=False) -> str:
+    module = fp4_wgmma if isinstance(config, fp4_wgmma.Config) else fp4_decode
+    return module._name(config, nt, bias, ids)
+
+
+def _launch(config, *args):
+    module = fp4_wgmma if isinstance(config, fp4_wgmma.Config) else fp4_decode
+    return module.launch(config, *args)
 
 
 # ---------------------------------------------------------------- any machine
@@ -41,15 +53,67 @@ def test_each_code_path_compiles_for_hopper_with_nvrtc(config, nt, bias, ids):
     """The source, with each way of keeping loads in flight, is valid CUDA for ``sm_90`` to the NVRTC
     this environment's torch brings: a GPU binary (ELF) whose symbol is the kernel's name."""
     _nvrtc_or_skip()
-    name = fp4_decode._name(config, nt, bias, ids)
-    binary = _runtime.compile_cubin(fp4_decode.SOURCE.read_text(), name, "90", fp4_decode._options(config, nt, bias, ids, name))
-    assert binary[:4] == b"\x7fELF" and name.encode() in binary
+    binary = fp4_decode.compile(config, nt, bias, ids, (9, 0), cached=False)
+    assert binary[:4] == b"\x7fELF" and fp4_decode._name(config, nt, bias, ids).encode() in binary
+
+
+@pytest.mark.parametrize("config, nt, bias, ids", [
+    (fp4_wgmma.Config(1), 1, 0, False),
+    (fp4_wgmma.Config(2, 8, min_blocks=2), 3, 1, True),
+    (fp4_wgmma.Config(1, 2), 8, 2, False),
+], ids=["n8", "n24-two-warpgroups", "n64"])
+def test_the_warpgroup_kernel_compiles_for_sm90a_with_its_mma_shape(config, nt, bias, ids):
+    """``fp4_wgmma.cu`` with the host's ``wgmma_chunk`` for ``nt`` token tiles is valid CUDA for
+    ``sm_90a``: a binary with the kernel's symbol, whose text holds the m64n(8 nt)k16 MMA."""
+    _nvrtc_or_skip()
+    binary = fp4_wgmma.compile(config, nt, bias, ids, cached=False)
+    assert binary[:4] == b"\x7fELF" and fp4_wgmma._name(config, nt, bias, ids).encode() in binary
+    assert f"m64n{8 * nt}k16" in fp4_wgmma.source(nt)
+
+
+@pytest.mark.parametrize("tiles, k, per_sm", [(8, 1952, 2), (224, 4096, 2), (64, 14336, 4), (1, 128, 8), (300, 4096, 2)])
+def test_split_k_fills_the_sms_and_keeps_a_span_per_split(tiles, k, per_sm):
+    """``splits``: every span of K in exactly one split, none empty; split (in twos) only while the
+    grid is short of ``per_sm`` CTAs per SM on 132 SMs."""
+    split, per = fp4_wgmma.splits(fp4_wgmma.Config(per_sm=per_sm), tiles, k, 132)
+    spans = -(-k // 128)
+    assert (split - 1) * per < spans <= split * per
+    assert split == 1 or tiles * (split // 2) < per_sm * 132 or per == 1
+    assert tiles * split >= per_sm * 132 or per <= 2
+
+
+def test_mma_order_x_puts_each_element_where_the_kernel_s_descriptors_read_it():
+    """``mma_order_x`` against the layout worked out element by element: 5 tokens padded to 8 (one
+    tile), K = 200 to two spans, with zeros; element ``128 s + 32 t + 8 q + 4 j + 2 h + d`` of token
+    ``r`` lands in span ``s``'s chunk ``2q + h``, core matrix ``d``, row ``r``, position ``2t + j``
+    (chunks of 2 x 8 x 8 elements, core matrices of 8 x 8, rows of 8)."""
+    x = torch.randn(2, 5, 200).bfloat16()
+    got = fp4_wgmma.mma_order_x(x, 1)
+    assert got.shape == (2, 2 * 1024)
+    expected = torch.zeros(2, 2 * 1024, dtype=torch.bfloat16)
+    for k in range(200):
+        s, t, q, j, h, d = k // 128, k % 128 // 32, k % 32 // 8, k % 8 // 4, k % 4 // 2, k % 2
+        for r in range(5):
+            expected[:, 1024 * s + 128 * (2 * q + h) + 64 * d + 8 * r + 2 * t + j] = x[:, r, k]
+    assert torch.equal(got, expected)
 
 
 def test_a_compile_error_names_the_program_and_quotes_nvrtc_s_log():
     _nvrtc_or_skip()
     with pytest.raises(_runtime.CudaError, match=r"could not compile broken:\n.*undefined"):
         _runtime.compile_cubin('extern "C" __global__ void k() { undefined_name(); }', "broken", "90", [])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"wg": 0}, "wg must be a positive int"),
+    ({"wg": 5}, "at most 4"),
+    ({"per_sm": 1.5}, "per_sm must be a positive int"),
+    ({"stages": 1}, "stages must be at least 2"),
+    ({"wg": 4, "stages": 12}, "must leave room"),
+])
+def test_bad_warpgroup_configurations_say_which_field_and_what_was_expected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        fp4_wgmma.Config(**kwargs)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -65,7 +129,7 @@ def test_bad_configurations_say_which_field_and_what_was_expected(kwargs, messag
 
 def test_every_candidate_fits_a_hopper_sm_at_its_token_tiles():
     for key, config in CANDIDATES:
-        assert config.fits(key), (key, config)
+        assert isinstance(config, fp4_wgmma.Config) or config.fits(key), (key, config)
 
 
 def test_operands_off_a_hopper_gpu_are_refused_with_why():
@@ -74,6 +138,7 @@ def test_operands_off_a_hopper_gpu_are_refused_with_why():
     assert "float32" in fp4_decode.refusal(x.float(), data, scale, None, None)
     if not HOPPER:
         assert "not a CUDA GPU of compute capability 9.0" in fp4_decode.refusal(x, data, scale, None, None)
+        assert "not a CUDA GPU of compute capability 9.0" in fp4_wgmma.refusal(x, data, scale, None, None)
 
 
 # ---------------------------------------------------------------- on a Hopper GPU
@@ -95,7 +160,7 @@ def _exact(x, data, scale, ids, bias):
 
 
 @requires_hopper
-@pytest.mark.parametrize("key, config", CANDIDATES, ids=[f"{k}-{fp4_decode._name(c, k, 0, False)}" for k, c in CANDIDATES])
+@pytest.mark.parametrize("key, config", CANDIDATES, ids=[f"{k}-{_name(c, k)}" for k, c in CANDIDATES])
 def test_each_candidate_against_the_spec_with_extreme_scales(key, config):
     """Every configuration the tuning may choose, at the most rows of its token tiles less three
     (a partial tile), with expert ids and a bias (bf16 for odd keys, float32 for even)."""
@@ -104,8 +169,38 @@ def test_each_candidate_against_the_spec_with_extreme_scales(key, config):
     bias = torch.randn(3, 200, generator=torch.Generator().manual_seed(key)).to(torch.bfloat16 if key % 2 else torch.float32)
     y = torch.empty(2, rows, 200, dtype=torch.bfloat16, device="cuda")
     assert fp4_decode.refusal(x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), bias.cuda()) is None
-    fp4_decode.launch(config, x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), bias.cuda(), y)
+    _launch(config, x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), bias.cuda(), y)
     assert_within_bf16_of(y.cpu(), _exact(x, data, scale, ids, bias))
+
+
+@pytest.mark.skipif(not WARPGROUP, reason="needs a Hopper GPU (compute capability 9.0: the warpgroup MMA; the device machine)")
+@pytest.mark.parametrize("wg, stages, nt, blocks, per_sm", [(1, 4, 1, 61, 2), (2, 8, 2, 61, 8), (1, 2, 3, 4, 1), (2, 4, 8, 61, 4),
+                                                           (1, 8, 8, 5, 1)],
+                         ids=["n8-split", "n16-two-warpgroups-split", "n24-one-span", "n64-split", "n64-two-spans"])
+def test_the_warpgroup_kernel_against_the_spec_split_and_not(wg, stages, nt, blocks, per_sm):
+    """The warpgroup kernel at ``8 nt - 3`` rows (a partial token tile), K cut to ``blocks`` blocks
+    (61: sixteen spans, the last of one block; 5: two spans, the second of one block: both split across
+    CTAs at this N; 4: one span, not split), with expert ids and a bias; run twice, so that the split's
+    arrival counts are seen back at zero, and the two results bitwise equal (a fixed order of sums)."""
+    rows = 8 * nt - 3
+    x, data, scale, ids = _operands(rows, 500 + nt)
+    x, data, scale = x[..., :32 * blocks], data[..., :16 * blocks].contiguous(), scale[..., :blocks].contiguous()
+    bias = torch.randn(3, 200, generator=torch.Generator().manual_seed(nt)).to(torch.bfloat16 if nt % 2 else torch.float32)
+    config = fp4_wgmma.Config(wg, stages, per_sm)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    split, _ = fp4_wgmma.splits(config, 2 * -(-200 // config.rows), 32 * blocks, sms)
+    assert (split > 1) == (blocks > 4)
+    args = (x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), bias.cuda())
+    assert fp4_wgmma.refusal(*args) is None
+    first = fp4_wgmma.launch(config, *args, torch.empty(2, rows, 200, dtype=torch.bfloat16, device="cuda"))
+    again = fp4_wgmma.launch(config, *args, torch.empty(2, rows, 200, dtype=torch.bfloat16, device="cuda"))
+    if blocks > 4:
+        assert_within_bf16_of(first.cpu(), _exact(x, data, scale, ids, bias))
+    else:  # block 4's NaN rows cut off
+        exact = _exact(x, data, scale, ids, bias)
+        tolerance = torch.finfo(torch.bfloat16).eps * exact.abs() + 2**-16 * exact.abs().amax(dim=1, keepdim=True)
+        assert bool(((first.cpu().double() - exact).abs() <= tolerance).all())
+    assert torch.equal(first.view(torch.int16), again.view(torch.int16))
 
 
 @requires_hopper

@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, os.getcwd())
 from tools.bench import mx4_linear  # noqa: E402
 from tools.bench.mx_cast import gpu_time  # noqa: E402
-from xlabridge.mx._cuda import _runtime, fp4_decode  # noqa: E402
+from xlabridge.mx._cuda import fp4_decode  # noqa: E402
 
 C = fp4_decode.Config
 VARIANTS = {
@@ -37,10 +37,8 @@ PROBES = {0: "as built", 1: "loads only", 2: "arithmetic only"}
 
 
 def _load(config, nt, probe, capability):
-    name = fp4_decode._name(config, nt, 0, False) + f"_p{probe}"
-    code = _runtime.compile_cubin(fp4_decode.SOURCE.read_text(), name, f"{capability[0]}{capability[1]}",
-                                  fp4_decode._options(config, nt, 0, False, name, probe))
-    return _runtime.Kernel(code, name, config.ring_bytes(nt))
+    code = fp4_decode.compile(config, nt, 0, False, capability, probe=probe)
+    return fp4_decode.load(code, config, nt, 0, False, probe)
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
-"""Every configuration of the CUDA MXFP4 decode kernel (``xlabridge/mx/_cuda/fp4_decode.cu``) on
-``mx4_linear.py``'s shapes and token counts, against bf16 ``linear`` (``bmm`` for the experts) timed
+"""Every configuration of the CUDA MXFP4 decode kernels (``xlabridge/mx/_cuda``: ``fp4_decode.cu``,
+and on Hopper ``fp4_wgmma.cu``; ``--kernels`` picks) on ``mx4_linear.py``'s shapes and token counts, against bf16 ``linear`` (``bmm`` for the experts) timed
 in the same run, each result checked against the float64 product.
 
     PYTHONPATH=. python3 tools/bench/mx4_decode_sweep.py   # writes tools/bench/results/mx4_decode_sweep.json
@@ -28,13 +28,14 @@ import torch
 sys.path.insert(0, os.getcwd())
 from tools.bench import mx4_linear  # noqa: E402
 from tools.bench.mx_cast import gpu_time  # noqa: E402
-from xlabridge.mx._cuda import _runtime, fp4_decode  # noqa: E402
+from xlabridge.mx._cuda import fp4_decode, fp4_wgmma  # noqa: E402
 
+KERNELS = ("decode", "wgmma")
 WARPS = ((1, 4), (1, 8), (1, 16), (2, 4))
 """(wn, wk): warps along N sharing x through L1, and splitting K."""
 
 
-def configs(nt: int) -> list[fp4_decode.Config]:
+def decode_configs(nt: int) -> list[fp4_decode.Config]:
     """The register path's shapes: row tiles a warp (four from 16 tokens), spans a step (four from
     32 tokens) or the next step's loads first; the ring's depths, with ``x`` through the ring or
     through L1 (through L1 only from 32 tokens); each with the register budget cut for more CTAs per
@@ -53,22 +54,43 @@ def configs(nt: int) -> list[fp4_decode.Config]:
     return [c for c in out if c.fits(nt)]
 
 
+def wgmma_configs(nt: int) -> list[fp4_wgmma.Config]:
+    """The warpgroup kernel's: one or two warpgroups a CTA, the weight's ring of 4 or 8 stages, split-K
+    aimed at 1 to 8 CTAs per SM, the register budget cut for two or four CTAs per SM (warpgroups) or not."""
+    return [fp4_wgmma.Config(wg, stages, per_sm, blocks) for wg in (1, 2) for stages in (4, 8) for per_sm in (1, 2, 4, 8)
+            for blocks in ((1, 2, 4) if wg == 1 else (1, 2))]
+
+
+def _module(config):
+    return fp4_wgmma if isinstance(config, fp4_wgmma.Config) else fp4_decode
+
+
+def _fields(entry: dict) -> list[str]:
+    """A result entry's kernel and configuration fields."""
+    module = fp4_wgmma if entry["kernel"] == "fp4_wgmma" else fp4_decode
+    return ["kernel", *(f.name for f in dataclasses.fields(module.Config))]
+
+
 def build(jobs, capability) -> dict:
     """``{(config, nt, bias, ids): (binary or None, info)}``, compiled by NVRTC in parallel, with
-    the compile's error if any."""
-    arch = f"{capability[0]}{capability[1]}"
+    the compile's error if any (the warpgroup kernel's builds shared between configs that differ
+    only in how launches split ``K``)."""
 
     def one(job):
         config, nt, bias, ids = job
-        name = fp4_decode._name(config, nt, bias, ids)
         try:
-            return job, _runtime.compile_cubin(fp4_decode.SOURCE.read_text(), name, arch,
-                                               fp4_decode._options(config, nt, bias, ids, name)), {}
+            if isinstance(config, fp4_wgmma.Config):
+                return job, fp4_wgmma.compile(config, nt, bias, ids, cached=False), {}
+            return job, fp4_decode.compile(config, nt, bias, ids, capability, cached=False), {}
         except Exception as error:  # noqa: BLE001 - recorded
             return job, None, {"error": str(error)[-400:]}
 
+    names = {}
+    for job in jobs:  # one build per distinct kernel
+        names.setdefault(_module(job[0])._name(*job), job)
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 4) as pool:
-        return {job: (code, info) for job, code, info in pool.map(one, jobs)}
+        done = {_module(job[0])._name(*job): (code, info) for job, code, info in pool.map(one, names.values())}
+    return {job: done[_module(job[0])._name(*job)] for job in jobs}
 
 
 def main() -> None:
@@ -77,6 +99,7 @@ def main() -> None:
                                                       "mx4_decode_sweep.json"))
     parser.add_argument("--shapes", default=",".join(mx4_linear.LINEARS) + ",experts")
     parser.add_argument("--tokens", default=",".join(map(str, mx4_linear.TOKENS)))
+    parser.add_argument("--kernels", default=",".join(KERNELS), help="which kernels' configurations: decode, wgmma")
     parser.add_argument("--every", type=int, default=1, help="time every n-th configuration only (a quick check)")
     parser.add_argument("--seconds", type=float, default=480, help="stop timing new cases after this long")
     args = parser.parse_args()
@@ -88,7 +111,10 @@ def main() -> None:
     wanted = args.shapes.split(",")
     nts = sorted({fp4_decode.token_tiles(t) for t in tokens_list})
     # the experts' rows per expert stay within two token tiles at these token counts
-    jobs = [(c, nt, 0, ids) for nt in nts for c in configs(nt)[::args.every]
+    kernels = args.kernels.split(",")
+    jobs = [(c, nt, 0, ids) for nt in nts
+            for c in ((decode_configs(nt) if "decode" in kernels else [])[::args.every]
+                      + (wgmma_configs(nt) if "wgmma" in kernels and torch.cuda.get_device_capability() == (9, 0) else []))
             for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]
     built = build(jobs, capability)
     results = {"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -99,11 +125,11 @@ def main() -> None:
         if code is None:
             continue
         try:
-            run = _runtime.Kernel(code, fp4_decode._name(*job), job[0].ring_bytes(job[1]))
+            run = _module(job[0]).load(code, *job)
             loaded[job] = (run, {**info, "registers": run.registers, "spill_bytes": run.local_bytes})
         except Exception as error:  # noqa: BLE001 - recorded
             info["load_error"] = str(error)[-300:]
-    errors = {fp4_decode._name(*job): info for job, (code, info) in built.items() if code is None or "load_error" in info}
+    errors = {_module(job[0])._name(*job): info for job, (code, info) in built.items() if code is None or "load_error" in info}
     results["build_errors"] = dict(list(errors.items())[:20])
     print(f"loaded {len(loaded)} in {time.time() - started:.0f} s; {len(errors)} failed", flush=True)
     copy = results["copy_GBps"] = mx4_linear.copy_bandwidth(dev)
@@ -119,11 +145,11 @@ def main() -> None:
         for (config, nt_, bias, ids), (run, info) in loaded.items():
             if nt_ != nt or ids != (ids_list is not None):
                 continue
-            entry = {**dataclasses.asdict(config), **info}
+            entry = {"kernel": _module(config).__name__.rsplit(".", 1)[-1], **dataclasses.asdict(config), **info}
             try:
                 def call(w, config=config, run=run):
                     data, scale, ids_ = w
-                    fp4_decode.launch_loaded(run, config, xs, data, scale, ids_, None, out)
+                    _module(config).launch_loaded(run, config, xs, data, scale, ids_, None, out)
                 out = torch.empty(xs.shape[0], xs.shape[1], n, dtype=torch.bfloat16, device=dev)
                 call(weight_args[0])
                 torch.cuda.synchronize()
@@ -137,11 +163,10 @@ def main() -> None:
         row["wrong"] = sum(1 for c in row["configs"] if c.get("within_bound") is False)
         if ok:
             best = min(ok, key=lambda c: c["ms"])
-            fields = [f.name for f in dataclasses.fields(fp4_decode.Config)]
             row.update(best_ms=best["ms"], speedup=dense / best["ms"],
                        weight_read_share=weight_bytes / best["ms"] / 1e6 / copy,
-                       best={k_: best[k_] for k_ in fields + ["registers"]})
-            row["top"] = [{**{k_: c[k_] for k_ in fields}, "ms": c["ms"]} for c in sorted(ok, key=lambda c: c["ms"])[:8]]
+                       best={k_: best[k_] for k_ in _fields(best) + ["registers"]})
+            row["top"] = [{**{k_: c[k_] for k_ in _fields(c)}, "ms": c["ms"]} for c in sorted(ok, key=lambda c: c["ms"])[:8]]
         results["rows"].append(row)
         with open(args.out, "w") as f:  # kept if the run is cut short
             json.dump(results, f, indent=1)

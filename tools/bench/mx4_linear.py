@@ -53,6 +53,7 @@ import torch
 sys.path.insert(0, os.getcwd())
 from tools.bench.mx_cast import gpu_time  # noqa: E402
 from xlabridge import mx  # noqa: E402
+from xlabridge.mx._cuda import fp4_wgmma  # noqa: E402
 from xlabridge.mx._triton import fp4_matmul  # noqa: E402
 
 MB = 1 << 20
@@ -115,6 +116,8 @@ def _chosen(n: int, k: int, groups: int, tokens: int, ids: bool) -> dict | None:
     if config is None:
         return None
     path = {"dequantize": "dequantize + matmul", "cuda": "CUDA decode kernel"}.get(config.mode, "Triton fused kernel")
+    if config.mode == "cuda" and fp4_matmul._decode_kernel(config) is fp4_wgmma:
+        path = "CUDA warpgroup kernel"
     return {"path": path, "config": dataclasses.asdict(config)}
 
 

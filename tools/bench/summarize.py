@@ -546,12 +546,15 @@ def _mx4_linear(data: dict) -> list[str]:
     ]
 
 
-_PATHS = {"CUDA decode kernel": "CUDA", "Triton fused kernel": "Triton", "fused kernel": "Triton",
-          "dequantize + matmul": "dequantize"}
+_PATHS = {"CUDA decode kernel": "CUDA", "CUDA warpgroup kernel": "CUDA wgmma", "Triton fused kernel": "Triton",
+          "fused kernel": "Triton", "dequantize + matmul": "dequantize"}
 
 
 def _decode_config(c: dict) -> str:
     """A decode kernel configuration in a few words: row tiles, warps, and how loads stay in flight."""
+    if c.get("kernel") == "fp4_wgmma":
+        return (f"wgmma {64 * c['wg']}r, ring {c['stages']}, split-K to {c['per_sm']}/SM"
+                + (f" ≥{c['min_blocks']}/SM" if c.get("min_blocks", 1) > 1 else ""))
     how = (f"ring {c['stages']}" + (" x" if c.get("x_async") else "")) if c.get("stages") else \
         f"{c['spans']} span" + ("s" if c["spans"] > 1 else "") + (" +next" if c.get("double") else "")
     extra = (" paired x" if c.get("x_paired") else "") + (f" ≥{c['min_blocks']}/SM" if c.get("min_blocks", 1) > 1 else "")
@@ -569,15 +572,17 @@ def _mx4_decode_sweep(data: dict) -> list[str]:
         rows.append([shape, tokens, _time(r["bf16_ms"]), _time(r["best_ms"]), _x(r["speedup"]),
                      f"{r['weight_read_share']:.2f}", _decode_config(r["best"]), f"{timed}", f"{r['wrong']}"])
     return [
-        f"Ran on an {data['device']}; torch {data['torch']}. Every configuration of the CUDA decode kernel "
-        f"({data['kernels']} kernels, compiled by NVRTC in {data['compile_seconds']:.0f} s) timed on each shape and "
+        f"Ran on an {data['device']}; torch {data['torch']}. Every configuration of "
+        + ("the CUDA warpgroup kernel " if "--kernels wgmma" in data.get("command", "") else "the CUDA decode kernel ")
+        + f"({data['kernels']} kernels, compiled by NVRTC in {data['compile_seconds']:.0f} s) timed on each shape and "
         "token count against bf16 `linear` (`bmm` for the experts) in the same run, as `mx4_linear.py` times them "
         f"(CUDA-graph replays, weights rotated past L2; a 1 GiB copy ran at {data['copy_GBps']:.0f} GB/s, and "
         "\"share\" is the MXFP4 weight's bytes over the fastest time as a share of it), each result checked against "
         "the float64 product (\"outside the bound\": configurations whose result was not within it). The "
         "configuration: weight rows per warp × warps along N, warps along K, and how loads stay in flight (spans of "
         "128 elements a step in registers, \"+next\": the next step's issued first; or a ring of stages in shared "
-        "memory, \"x\": x through it too).",
+        "memory, \"x\": x through it too); for the warpgroup kernel, weight rows per CTA, the weight's ring and the "
+        "CTAs per SM that K is split across CTAs for.",
         "",
         *_table(["shape", "tokens", "bf16", "fastest", "speed-up", "share", "fastest configuration", "timed",
                  "outside the bound"], rows),
@@ -741,6 +746,10 @@ BENCHMARKS = (
     Benchmark("mx4_decode_sweep_h200.json", "tools/bench/mx4_decode_sweep.py", "The CUDA decode kernel's sweep on an H200",
               "The same sweep at every token count the linear benchmark runs, on the H200 the device machine lent: "
               "the candidates the tuning times come from it.", _mx4_decode_sweep),
+    Benchmark("mx4_wgmma_sweep_h200.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma",
+              "The CUDA warpgroup kernel's sweep on an H200",
+              "Every configuration of the warpgroup-MMA decode kernel (x through shared memory by bulk copies) on the "
+              "H200; its candidates for 17 to 64 tokens come from it.", _mx4_decode_sweep),
     Benchmark("mx4_decode_probe.json", "tools/bench/mx4_decode_probe.py", "Where the CUDA decode kernel's time goes",
               "Loads and arithmetic of the decode kernel timed apart.", _mx4_decode_probe),
     Benchmark("mx4_sweep.json", "tools/bench/mx4_sweep.py", "The MXFP4 kernels' configuration sweep",

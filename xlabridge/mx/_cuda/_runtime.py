@@ -12,9 +12,17 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
+import hashlib
+import logging
 import os
 import sys
+import threading
 from collections.abc import Sequence
+from pathlib import Path
+
+from xlabridge import _env
+
+logger = logging.getLogger(__name__)
 
 _NVRTC_NAMES = ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12")
 
@@ -76,6 +84,32 @@ def compile_cubin(source: str, name: str, arch: str, options: Sequence[str]) -> 
         return binary.raw
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(program))
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels are kept: ``$XDG_CACHE_HOME/xlabridge/cuda`` (``~/.cache``)."""
+    return _env.cache_home() / "xlabridge" / "cuda"
+
+
+def cached_cubin(source: str, name: str, arch: str, options: Sequence[str]) -> bytes:
+    """``compile_cubin``'s binary, kept on disk (``cache_dir``) under a hash of everything that
+    makes it (source, architecture, NVRTC's version, options), so that a later process skips NVRTC."""
+    version = ".".join(map(str, nvrtc_version()))
+    key = hashlib.sha256("\0".join([source, arch, version, *options]).encode()).hexdigest()[:24]
+    path = cache_dir() / f"{name}-{key}.cubin"
+    try:
+        return path.read_bytes()
+    except OSError:
+        pass
+    code = compile_cubin(source, name, arch, options)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        partial.write_bytes(code)
+        partial.replace(path)
+    except OSError as error:  # a read-only cache costs a compile per process, nothing else
+        logger.debug("CUDA kernel %s: not cached at %s: %s", name, path, error)
+    return code
 
 
 @functools.cache

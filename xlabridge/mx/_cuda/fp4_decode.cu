@@ -3,22 +3,10 @@
 // (mma.sync m16n8k16, bfloat16 in, float32 accumulation): no bfloat16 copy of the weight is made.
 //
 // The weight is the MMA's A operand (its rows fill the MMA's 16-row side; x's rows, the tokens,
-// are the 8-column side, NT tiles of 8). A sum over K may run in any order as long as both
-// operands use the same one, so thread t of a quad takes the whole MXFP4 block t of every 128
-// elements of K ("span"): 16 contiguous bytes of the weight (one 16-byte load), one scale byte,
-// and 32 contiguous elements of x (64 bytes). Within a block, 32-bit word q holds elements
-// 8q .. 8q+7 (element 2i in the low nibble of byte i); the decoder turns nibble k of both 16-bit
-// halves of a word into one bfloat16 pair P(q, k) = (e[8q+k], e[8q+4+k]), and the MMA's K chunk
-// 2q+h takes P(q, 2h) as its register for k = 2t, 2t+1 and P(q, 2h+1) for k = 2t+8, 2t+9; x's
-// registers are paired the same way by byte permutes of x's natural pairs.
-//
-// Decoding: nibble k of both halves, masked, times 0x1040 (0x104 for odd k) is two shifted copies
-// of it that do not overlap; 0x81C0 keeps the exponent and mantissa bits of one copy and the sign
-// bit of the other, where a bfloat16 has them: the E2M1 value times 2^-126 (the subnormal 0.5
-// included). One bfloat16x2 multiplication by 2^(s-1) (s the block's scale byte) gives the value
-// times 2^(s-127) exactly (two significant bits; bfloat16 keeps subnormals) wherever 2^(s-1) is a
-// bfloat16, s <= 128; above, a warp takes the two-multiplication path (2^126, then 2^(s-127),
-// NaN for s = 255).
+// are the 8-column side, NT tiles of 8), decoded as fp4_common.cuh says: each thread reads 16
+// contiguous bytes of a row per span (one 16-byte load), one scale byte, and the 32 elements of x
+// its block covers (64 bytes), paired as the decoder pairs the weight's by byte permutes of x's
+// natural pairs.
 //
 // A CTA has WN x WK warps: WN warps side by side along N (RT tiles of 16 rows each) sharing x's
 // elements through L1, WK warps splitting K into contiguous ranges of spans, whose partial sums the
@@ -44,64 +32,9 @@
 // X_PAIRED, PROBE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
 // 2 float32), HAS_IDS, KERNEL.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned char u8;
-typedef long long i64;
-
-#define FULL_MASK 0xffffffffu
 // Elements between a thread's chunk q and q + 1 of x in a span, and between threads t and t + 1.
 #define X_CHUNK (X_PAIRED ? 32 : 8)
 #define X_T (X_PAIRED ? 8 : 32)
-
-__device__ __forceinline__ void load_weight(const u8* p, u32& a, u32& b, u32& c, u32& d) {
-    // read once per call: not kept in L1
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
-}
-
-__device__ __forceinline__ void load_x(const u16* p, u32& a, u32& b, u32& c, u32& d) {
-    // read by every warp of a CTA that covers the same K: kept in L1
-    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
-}
-
-__device__ __forceinline__ u32 load_scale(const u8* p) {
-    // kept in L1: a row's next seven spans have their scale bytes in the same 32-byte sector
-    u16 v;
-    asm("ld.global.nc.u8 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ u32 permute(u32 a, u32 b, u32 selector) {
-    u32 d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
-    return d;
-}
-
-__device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b) {
-    u32 d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-// Nibble k of both 16-bit halves of w as a bfloat16 pair times 2^-126 (k = 0, 1 from w; 2, 3 from
-// w >> 8 as k = 0, 1).
-__device__ __forceinline__ u32 nibble_pair(u32 w, u32 mask, u32 times) {
-    return ((w & mask) * times) & 0x81C081C0u;
-}
-
-template <bool TWO>
-__device__ __forceinline__ void decode(u32 w, u32 f1, u32 f2, u32 (&p)[4]) {
-    const u32 v = w >> 8;
-    p[0] = bf16x2_mul(nibble_pair(w, 0x000F000Fu, 0x1040u), f1);
-    p[1] = bf16x2_mul(nibble_pair(w, 0x00F000F0u, 0x104u), f1);
-    p[2] = bf16x2_mul(nibble_pair(v, 0x000F000Fu, 0x1040u), f1);
-    p[3] = bf16x2_mul(nibble_pair(v, 0x00F000F0u, 0x104u), f1);
-    if (TWO) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) p[k] = bf16x2_mul(p[k], f2);
-    }
-}
 
 __device__ __forceinline__ void mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     asm volatile(
@@ -109,40 +42,6 @@ __device__ __forceinline__ void mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a
         "{%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ u16 to_bf16(float v) {
-    u16 d;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(d) : "f"(v));
-    return d;
-}
-
-__device__ __forceinline__ u32 shared_address(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-__device__ __forceinline__ void load_shared(u32 address, u32 (&v)[4]) {
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-                 : "r"(address) : "memory");
-}
-
-// 16 bytes from global to shared memory without registers; `bytes` (0 or 16) read, the rest zeros.
-// .cg: the weight, read once, not kept in L1; .ca: x, read by every warp covering the same K.
-__device__ __forceinline__ void copy_weight(u32 dst, const void* src, u32 bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void copy_x(u32 dst, const void* src, u32 bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void copies_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-template <int PENDING>
-__device__ __forceinline__ void copies_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
 }
 
 // One span of K for this thread's rows: w (row tile, row g / g + 8, word) decoded under scale
@@ -153,19 +52,9 @@ __device__ __forceinline__ void span_math(float (&acc)[RT][NT][4], const u32 (&w
                                           const X& x_words) {
     u32 f1[RT][2], f2[RT][2];
 #pragma unroll
-    for (int r = 0; r < RT; ++r) {
+    for (int r = 0; r < RT; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            if (TWO) {
-                f1[r][h] = 0x7E807E80u;  // 2^126
-                const u32 bits = s[r][h] == 255u ? 0x7FC0u : (s[r][h] == 0u ? 0x0040u : (s[r][h] << 7));  // 2^(s-127)
-                f2[r][h] = bits * 0x10001u;
-            } else {
-                f1[r][h] = ((s[r][h] + 126u) << 7) * 0x10001u;  // 2^(s-1)
-                f2[r][h] = 0u;
-            }
-        }
-    }
+        for (int h = 0; h < 2; ++h) scale_factors<TWO>(s[r][h], f1[r][h], f2[r][h]);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
         u32 lo[RT][4], hi[RT][4];  // the A registers of K chunks 2q and 2q + 1, rows g and g + 8

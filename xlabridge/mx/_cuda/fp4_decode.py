@@ -3,30 +3,29 @@ that torch's CUDA build ships (``_runtime``), for up to ``MAX_ROWS`` rows of bfl
 a few tokens against a weight read once).
 
 Each configuration (``Config``) and token tile count is its own compiled kernel: the source is
-compiled with ``-D`` macros for the GPU's architecture, the binary kept on disk (``cache_dir``) so
-that a later process skips NVRTC. Which
-configuration a shape gets is measured by ``xlabridge.mx._triton.fp4_matmul``'s tuning, among
-``CANDIDATES``.
+compiled with ``-D`` macros for the GPU's architecture, the binary kept on disk so
+that a later process skips NVRTC (``_runtime.cached_cubin``). Which
+configuration a shape gets is measured by ``xlabridge.mx._triton.fp4_matmul``'s tuning, among its
+``DECODE`` candidates (``fp4_wgmma`` is the other decode kernel).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import logging
-import os
 import threading
 from pathlib import Path
 
 import torch
 
-from xlabridge import _env
 from xlabridge.mx._cuda import _runtime
 
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("fp4_decode.cu")
+COMMON = Path(__file__).with_name("fp4_common.cuh")
+"""What both decode kernels share (loads, the E2M1 decoder), put before each one's source."""
 MAX_ROWS = 64
 """The most rows of ``x`` (tokens) a launch takes: eight tiles of 8, the MMA's ``n`` side."""
 BIAS_KINDS = {torch.bfloat16: 1, torch.float32: 2}
@@ -96,11 +95,6 @@ def token_tiles(m: int) -> int:
     return -(-m // 8)
 
 
-def cache_dir() -> Path:
-    """Where compiled kernels are kept: ``$XDG_CACHE_HOME/xlabridge/cuda`` (``~/.cache``)."""
-    return _env.cache_home() / "xlabridge" / "cuda"
-
-
 def compute_capability(device: torch.device) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device)
 
@@ -149,39 +143,35 @@ def _name(config: Config, nt: int, bias: int, has_ids: bool) -> str:
             f"_s{config.stages}_x{int(config.x_async)}{int(config.x_paired)}_b{config.min_blocks}_{bias}{int(has_ids)}")
 
 
-def binary(config: Config, nt: int, bias: int, has_ids: bool, capability: tuple[int, int]) -> bytes:
+def source() -> str:
+    """The kernel's CUDA C++: ``fp4_common.cuh``, then ``fp4_decode.cu``."""
+    return COMMON.read_text() + "\n" + SOURCE.read_text()
+
+
+def compile(config: Config, nt: int, bias: int, has_ids: bool, capability: tuple[int, int], cached: bool = True,
+            probe: int = 0) -> bytes:
     """The kernel's binary for ``sm_<capability>`` (``nt`` token tiles, ``bias`` kind of
-    ``BIAS_KINDS`` or 0): from the disk cache, else compiled by NVRTC (and kept)."""
-    name = _name(config, nt, bias, has_ids)
-    source = SOURCE.read_text()
-    options = _options(config, nt, bias, has_ids, name)
-    arch = f"{capability[0]}{capability[1]}"
-    version = ".".join(map(str, _runtime.nvrtc_version()))
-    key = hashlib.sha256("\0".join([source, arch, version, *options]).encode()).hexdigest()[:24]
-    path = cache_dir() / f"{name}-{key}.cubin"
-    try:
-        return path.read_bytes()
-    except OSError:
-        pass
-    code = _runtime.compile_cubin(source, name, arch, options)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        partial.write_bytes(code)
-        partial.replace(path)
-    except OSError as error:  # a read-only cache costs a compile per process, nothing else
-        logger.debug("MXFP4 decode kernel: not cached at %s: %s", path, error)
-    return code
+    ``BIAS_KINDS`` or 0): from ``_runtime``'s disk cache or NVRTC (``cached``), or NVRTC's alone
+    (``probe``: a benchmark's ``PROBE`` build, never cached)."""
+    name = _name(config, nt, bias, has_ids) + (f"_p{probe}" if probe else "")
+    build = _runtime.cached_cubin if cached and not probe else _runtime.compile_cubin
+    return build(source(), name, f"{capability[0]}{capability[1]}", _options(config, nt, bias, has_ids, name, probe))
+
+
+def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, probe: int = 0) -> _runtime.Kernel:
+    """``compile``'s binary loaded into the current context."""
+    return _runtime.Kernel(code, _name(config, nt, bias, has_ids) + (f"_p{probe}" if probe else ""),
+                           config.ring_bytes(nt))
 
 
 @functools.cache
 def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int) -> _runtime.Kernel:
     """The kernel loaded on that device (its ``registers`` and ``local_bytes`` are the driver's)."""
     device = torch.device("cuda", device_index)
-    code = binary(config, nt, bias, has_ids, compute_capability(device))
+    code = compile(config, nt, bias, has_ids, compute_capability(device))
     with _LOCK, torch.cuda.device(device):
         torch.cuda.current_stream(device)  # torch's context made current on this thread
-        return _runtime.Kernel(code, _name(config, nt, bias, has_ids), config.ring_bytes(nt))
+        return load(code, config, nt, bias, has_ids)
 
 
 def bias_kind(bias: torch.Tensor | None) -> int:

@@ -30,7 +30,7 @@ import logging
 import torch
 
 from xlabridge import _optional
-from xlabridge.mx._cuda import fp4_decode
+from xlabridge.mx._cuda import fp4_decode, fp4_wgmma
 from xlabridge.mx._triton.fp4 import device_guard
 
 logger = logging.getLogger(__name__)
@@ -55,8 +55,9 @@ class Config:
     per_sm: int = 2
     ahead: int = 1
     x_in_order: bool = False
-    decode: fp4_decode.Config | None = None
-    """``mode="cuda"``: the CUDA decode kernel's configuration (the other fields unused)."""
+    decode: fp4_decode.Config | fp4_wgmma.Config | None = None
+    """``mode="cuda"``: the CUDA decode kernel's configuration, ``fp4_decode``'s or ``fp4_wgmma``'s
+    (the other fields unused)."""
 
 
 def _grid(mode, tiles, warps, stages, per_sms, orders=(False,)):
@@ -82,21 +83,22 @@ bfloat16 inputs, the ``triton`` ones for float16, the dequantizing path for both
 differ only in ``per_sm`` share one compiled kernel."""
 
 
-def _decode(*configs: fp4_decode.Config) -> tuple[Config, ...]:
+def _decode(*configs: fp4_decode.Config | fp4_wgmma.Config) -> tuple[Config, ...]:
     return tuple(Config("cuda", decode=c) for c in configs)
 
 
-_D = fp4_decode.Config
+_D, _W = fp4_decode.Config, fp4_wgmma.Config
 DECODE: dict[int, tuple[Config, ...]] = {
     1: _decode(_D(1, 1, 8, 1, min_blocks=4), _D(1, 1, 16, 1, min_blocks=2), _D(2, 1, 4, 1, True), _D(2, 1, 4, 1),
                _D(2, 2, 4, 1, True)),
     2: _decode(_D(2, 1, 8, 1), _D(2, 1, 16, 1), _D(2, 1, 4, 1), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True)),
-    4: _decode(_D(2, 1, 8, 4), _D(4, 1, 4, 1), _D(2, 1, 4, 4), _D(2, 1, 8, 1, True)),
-    8: _decode(_D(2, 1, 4, 1, True, x_paired=True), _D(2, 1, 4, 1, True)),
+    4: _decode(_D(2, 1, 8, 4), _D(4, 1, 4, 1), _D(2, 1, 4, 4), _D(2, 1, 8, 1, True), _W(1, 4, 1, 2), _W(2, 4, 1, 1)),
+    8: _decode(_D(2, 1, 4, 1, True, x_paired=True), _D(2, 1, 4, 1, True), _W(1, 4, 1, 1), _W(1, 8, 1, 2)),
 }
-"""The CUDA decode kernel's candidates per number of 8-row token tiles, rounded up to a key here
-(3 takes 4's, 5 to 7 take 8's): the fastest of ``tools/bench/mx4_decode_sweep.py``'s sweep over
-its configurations on the benchmark's shapes."""
+"""The CUDA decode kernels' candidates per number of 8-row token tiles, rounded up to a key here
+(3 takes 4's, 5 to 7 take 8's): the fastest of ``tools/bench/mx4_decode_sweep.py``'s sweeps over
+their configurations on the benchmark's shapes (``fp4_decode``'s; from 17 tokens ``fp4_wgmma``'s
+too, on Hopper alone)."""
 DEFAULT = Config("triton", 64, 256, 4, 2, 2)
 INTERPRET = Config("triton", 16, 128, 4, 1, 1, 0)
 X_ORDER_BLOCK = 1024
@@ -186,14 +188,20 @@ def _x_in_order(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _decode_kernel(config: Config):
+    """The module of ``mode="cuda"``'s kernel: ``fp4_wgmma`` or ``fp4_decode``."""
+    return fp4_wgmma if isinstance(config.decode, fp4_wgmma.Config) else fp4_decode
+
+
 def _launch(config: Config, x, data, scale, ids, bias, y):
     if config.mode == "dequantize":
         return _dequantized(config, x, data, scale, ids, bias, y)
     if config.mode == "cuda":
-        refusal = fp4_decode.refusal(x, data, scale, ids, bias)
+        kernel = _decode_kernel(config)
+        refusal = kernel.refusal(x, data, scale, ids, bias)
         if refusal is not None:
             raise ValueError(f"the CUDA decode kernel does not take these operands: {refusal}")
-        return fp4_decode.launch(config.decode, x, data, scale, ids, bias, y)
+        return kernel.launch(config.decode, x, data, scale, ids, bias, y)
     A, M, K = x.shape
     N = data.shape[-2]
     words = data.view(torch.int16)  # the kernel reads the weight as 16-bit words of four elements
@@ -229,7 +237,7 @@ def _candidates(x: torch.Tensor) -> list[Config]:
     out = [c for c in CONFIGS[row_tile(x.shape[-2])] if c.mode in (kernel_mode, "dequantize")]
     m = x.shape[-2]
     if x.dtype == torch.bfloat16 and m <= fp4_decode.MAX_ROWS and fp4_decode.available(x.device):
-        out += list(DECODE[decode_tiles(m)])
+        out += [c for c in DECODE[decode_tiles(m)] if _decode_kernel(c).available(x.device)]
     return out
 
 
@@ -306,7 +314,7 @@ def matmul(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.
             config = DEFAULT
         else:
             config = _CHOSEN[key] = _tune(key, x, data, scale, ids, bias, y)
-    if config.mode == "cuda" and fp4_decode.refusal(x, data, scale, ids, bias) is not None:
+    if config.mode == "cuda" and _decode_kernel(config).refusal(x, data, scale, ids, bias) is not None:
         config = DEFAULT  # operands the tuning's did not have (a view off 16-byte alignment, a bias dtype)
     return _launch(config, x, data, scale, ids, bias, y)
 

@@ -1,0 +1,286 @@
+// The MXFP4 decode matmul with Hopper's warpgroup MMA (wgmma, sm_90a): y[a] = x[a] @ W[e].T
+// (+ bias[e]) for up to 64 rows of x. The weight is decoded in registers (fp4_common.cuh) into the
+// MMA's A operand, 64 rows per warpgroup (16 per warp, as mma.sync's A); x, the B operand (n = 8 NT
+// tokens), is read by the tensor cores from shared memory, where the CTA put it once: one copy of x
+// serves every warp, and no register holds it. That is what lets 16 to 64 tokens run at the
+// weight's speed: with x in registers a warp reloads all of x for every 16 rows.
+//
+// A CTA (WG warpgroups, 64 WG rows) takes the spans [z per, (z + 1) per) of K (z = blockIdx.z, a
+// split of K across CTAs that fills the SMs where N alone does not). x comes into shared memory span
+// by span, by one bulk copy (TMA) per span into a ring of four slots, counted in by mbarriers: the
+// host (`mma_order_x`) put each span's elements, tokens padded to 8 NT and K to whole spans with
+// zeros, in the layout the MMA's descriptors read without swizzling ("core matrices" of 8 tokens x 8
+// elements, 16 bytes a token), K permuted as the decoder pairs the weight: in a span's chunk
+// c = 2q + h of 16 elements, core matrix d (elements 8d .. 8d+7 of the chunk as the MMA counts them),
+// position 2t + j holds element 32t + 8q + 2h + d + 4j of the span. Core matrices of one chunk: the
+// 8-token groups 128 bytes apart (the stride byte offset), the two halves of K NT x 128 bytes apart
+// (the leading byte offset); chunks one after another. (x put there by the CTA's own threads needs
+// a proxy fence before the MMA reads it, which waits for every load the thread has in flight; the
+// bulk copy writes as the MMA reads, by the async proxy.)
+//
+// The weight streams through a ring of S stages in shared memory by asynchronous copies, S - 1 spans
+// in flight. Each span is decoded and its eight K chunks issued as asynchronous MMAs into the same
+// accumulators, which run while the next copies are issued; the A registers are written again once
+// they are done (wgmma.wait_group 0). (Two sets of A registers, to decode one span while the MMAs
+// of the one before run, or the weight's spans in flight in registers, leave ptxas too few
+// registers to pipeline the MMAs: it serializes them.)
+//
+// With one split, the CTA writes bfloat16 y (+ bias). With several, each CTA writes its float32
+// partial sums (partial[a][z][token][n]) and counts itself in at locks[a][blockIdx.x]; the last CTA
+// of a tile adds the partial sums in split order (the result does not depend on timing), writes y
+// and sets the count back to zero.
+//
+// Configuration macros (set by the host): NT, WG, S, MINB, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
+// HAS_IDS, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
+// operands spelled out) before this source.
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory");
+}
+// The compiler sees the MMA's registers as read or written when its instruction is issued; these
+// keep them (and their values) where they are until the MMAs using them are known to be done.
+__device__ __forceinline__ void keep(float& v) { asm volatile("" : "+f"(v)::"memory"); }
+__device__ __forceinline__ void keep(u32& v) { asm volatile("" : "+r"(v)::"memory"); }
+
+// The mbarriers that count x's bulk copies in: one arrival (the copying thread's, with the bytes to
+// expect), then the copy's bytes.
+__device__ __forceinline__ void barrier_init(u32 bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile(
+        "{ .reg .b64 state; mbarrier.arrive.expect_tx.shared::cta.b64 state, [%2], %1; }\n"
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%3], %1, [%2];"
+        ::"r"(dst), "r"(bytes), "r"(bar), "l"(src) : "memory");
+}
+__device__ __forceinline__ void barrier_wait(u32 bar, u32 parity) {
+    u32 done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+}
+
+// A shared-memory matrix descriptor without swizzling: start address, leading byte offset (between
+// the core matrices along K) and stride byte offset (between those along N), in 16-byte units.
+__device__ __forceinline__ unsigned long long descriptor(u32 address, u32 leading, u32 stride) {
+    return (unsigned long long)((address & 0x3FFFFu) >> 4) | ((unsigned long long)((leading >> 4) & 0x3FFFu) << 16) |
+           ((unsigned long long)((stride >> 4) & 0x3FFFu) << 32);
+}
+
+// One span of this thread's two rows (g, g + 8 of its warp's 16): the eight K chunks' A registers.
+template <bool TWO>
+__device__ __forceinline__ void decode_span(const u32 (&w)[2][4], const u32 (&s)[2], u32 (&a)[8][4]) {
+    u32 f1[2], f2[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) scale_factors<TWO>(s[h], f1[h], f2[h]);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        u32 lo[4], hi[4];
+        decode<TWO>(w[0][q], f1[0], f2[0], lo);
+        decode<TWO>(w[1][q], f1[1], f2[1], hi);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            a[2 * q + h][0] = lo[2 * h];
+            a[2 * q + h][1] = hi[2 * h];
+            a[2 * q + h][2] = lo[2 * h + 1];
+            a[2 * q + h][3] = hi[2 * h + 1];
+        }
+    }
+}
+
+__device__ __forceinline__ float bias_of(const void* bias, i64 at) {
+#if HAS_BIAS == 1  // bfloat16
+    return __uint_as_float(((u32)((const u16*)bias)[at]) << 16);
+#elif HAS_BIAS == 2  // float32
+    return ((const float*)bias)[at];
+#else
+    return 0.0f;
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
+    const u16* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ sc, const void* __restrict__ bias,
+    const int* __restrict__ ids, u16* __restrict__ y, float* __restrict__ partial, int* __restrict__ locks, int M,
+    int N, int K, int per, int sxa, int swe, int swn, int sse, int ssn, int sya, int sym, int sbe) {
+    extern __shared__ __align__(128) uint4 xs[];  // x's ring (SLOTS spans), then the weight's (S stages)
+    constexpr int THREADS = WG * 128;
+    constexpr int SLOTS = 4;
+    constexpr u32 CHUNK = 2 * NT * 128;  // bytes of x per K chunk of 16
+    constexpr u32 SLOT = 8 * CHUNK;      // bytes of x per span
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int a = blockIdx.y, z = blockIdx.z, splits = gridDim.z;
+    const i64 e = HAS_IDS ? (i64)ids[a] : (i64)a;
+    const int blocks = K >> 5;
+    const int spans = (blocks + 3) >> 2;
+    const int first = z * per, last = min(first + per, spans);
+    const int whole = blocks >> 2;  // spans whose four blocks all exist
+    const u32 base = shared_address(xs);
+
+    // This thread's rows: g and g + 8 of its warp's 16 (past N: row N - 1, not written).
+    const int row = blockIdx.x * (64 * WG) + warp * 16 + g;
+    const u8* wp[2];
+    const u8* sp[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const i64 n = min(row + 8 * h, N - 1);
+        wp[h] = w + e * swe + n * swn + 16 * (4 * first + t);
+        sp[h] = sc + e * sse + n * ssn + 4 * first + t;
+    }
+    // The weight streams through a ring of S stages in shared memory by asynchronous copies, S - 1
+    // spans in flight; a thread reads back only the 32 bytes it copied itself. Span `at` copied into
+    // `stage` (past K, in the span K ends inside: zeros), the pointers moved on.
+    const u32 ring = base + SLOTS * SLOT + threadIdx.x * 16;
+    auto issue_span = [&](int at, int stage) {
+        if (at < last) {
+            const bool ok = at < whole || 4 * at + t < blocks;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                copy_weight(ring + (u32)(stage * 2 + h) * THREADS * 16, ok ? (const void*)wp[h] : w, ok ? 16u : 0u);
+                wp[h] += 64;
+            }
+        }
+        copies_commit();  // empty past the last span: the count of groups in flight stays S - 1
+    };
+    auto load_scales = [&](u32 (&sv)[2], int at) {
+        const bool ok = at < last && (at < whole || 4 * at + t < blocks);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            sv[h] = ok ? load_scale(sp[h]) : 127u;
+            sp[h] += 4;
+        }
+    };
+    // x's spans stream through a ring of SLOTS slots by bulk copies (the host put each span's
+    // elements in the slot's layout, one contiguous run), which thread 0 issues SLOTS - 1 spans
+    // ahead; slot j's mbarrier completes a phase per span copied in.
+    __shared__ __align__(8) unsigned long long arrived[SLOTS];
+    const u32 bars = shared_address(arrived);
+    const u16* xa = x + (i64)a * sxa;
+    auto issue_x = [&](int at) {
+        if (threadIdx.x == 0 && at < last)
+            bulk_copy(base + (u32)((at - first) % SLOTS) * SLOT, xa + (i64)at * (SLOT / 2), SLOT,
+                      bars + 8 * ((at - first) % SLOTS));
+    };
+    if (threadIdx.x == 0) {
+        for (int j = 0; j < SLOTS; ++j) barrier_init(bars + 8 * j);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    float acc[NT * 4];
+#pragma unroll
+    for (int i = 0; i < NT * 4; ++i) acc[i] = 0.0f;
+    u32 sv[2][2];  // the scale bytes of the span being decoded and the next
+
+    // Prologue: x's first SLOTS - 1 spans and the weight's first S - 1 in flight, the first span's
+    // scale bytes loaded.
+    for (int j = 0; j < SLOTS - 1; ++j) issue_x(first + j);
+#pragma unroll
+    for (int j = 0; j < S - 1; ++j) issue_span(first + j, j);
+    load_scales(sv[0], first);
+
+    // Span first + i (J = i mod 2, for the registers' indices): once the MMAs of span i - 1 are done
+    // in every warpgroup (with the A registers and x's slot), x's span i + SLOTS - 1 copied into that
+    // slot; the weight's copies waited for and decoded; x's slot waited for; the MMAs issued; while
+    // they run, the weight's span i + S - 1 copied (into the stage span i - 1 left) and span i + 1's
+    // scale bytes loaded.
+    u32 av[8][4];
+    auto step = [&](const int J, int i) {  // J a literal at each call: the registers' indices are constants
+        const int at = first + i;
+        wgmma_wait<0>();
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) keep(av[c][r]);
+        if (WG > 1) __syncthreads();
+        issue_x(at + SLOTS - 1);
+        copies_wait<S - 2>();
+        u32 wv[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) load_shared(ring + (u32)((i % S) * 2 + h) * THREADS * 16, wv[h]);
+        if (__any_sync(FULL_MASK, sv[J][0] > 128u || sv[J][1] > 128u))
+            decode_span<true>(wv, sv[J], av);
+        else
+            decode_span<false>(wv, sv[J], av);
+        barrier_wait(bars + 8 * (i % SLOTS), (i / SLOTS) & 1);
+        wgmma_fence();
+        const u32 span = base + (u32)(i % SLOTS) * SLOT;
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+            wgmma_chunk(acc, av[c][0], av[c][1], av[c][2], av[c][3], descriptor(span + c * CHUNK, NT * 128, 128));
+        wgmma_commit();
+        issue_span(at + S - 1, (i + S - 1) % S);
+        load_scales(sv[1 - J], at + 1);
+    };
+    const int count = last - first;
+    for (int i = 0; i < count; i += 2) {
+        step(0, i);
+        if (i + 1 < count) step(1, i + 1);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) keep(av[c][r]);
+#pragma unroll
+    for (int i = 0; i < NT * 4; ++i) keep(acc[i]);
+
+    // acc[4j + 2h + c]: row `row` + 8h, token 8j + 2t + c.
+    u16* ya = y + (i64)a * sya;
+    if (splits > 1) {
+        float* mine = partial + (i64)(a * splits + z) * M * N;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = row + 8 * h;
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int token = 8 * j + 2 * t + c;
+                    if (n < N && token < M) mine[(i64)token * N + n] = acc[4 * j + 2 * h + c];
+                }
+        }
+        __threadfence();
+        __syncthreads();
+        __shared__ int is_last;
+        if (threadIdx.x == 0) {
+            int* count = locks + a * gridDim.x + blockIdx.x;
+            is_last = atomicAdd(count, 1) == splits - 1;
+            if (is_last) *count = 0;
+        }
+        __syncthreads();
+        if (!is_last) return;
+        __threadfence();
+        const float* all = partial + (i64)a * splits * M * N;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = row + 8 * h;
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int token = 8 * j + 2 * t + c;
+                    float sum = 0.0f;
+                    if (n < N && token < M)
+                        for (int p = 0; p < splits; ++p) sum += __ldcg(all + ((i64)p * M + token) * N + n);
+                    acc[4 * j + 2 * h + c] = sum;
+                }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int n = row + 8 * h;
+        if (n >= N) continue;
+        const float add = bias_of(bias, e * sbe + n);
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int token = 8 * j + 2 * t + c;
+                if (token < M) ya[(i64)token * sym + n] = to_bf16(acc[4 * j + 2 * h + c] + add);
+            }
+    }
+}

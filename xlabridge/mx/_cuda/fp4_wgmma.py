@@ -1,0 +1,217 @@
+"""The MXFP4 decode matmul with Hopper's warpgroup MMA: ``fp4_wgmma.cu`` (after ``fp4_common.cuh``),
+compiled by NVRTC for ``sm_90a``, for up to ``fp4_decode.MAX_ROWS`` rows of bfloat16 ``x``.
+
+Where ``fp4_decode`` keeps ``x`` in each warp's registers, this kernel streams it through shared
+memory by bulk copies (``x`` first put in the MMA's order, ``mma_order_x``: one more launch), where
+the tensor cores read it: the weight rows a CTA covers all share one copy, which is what 16 to 64
+tokens need. ``K`` is split across CTAs (``splits``) until the grid fills the SMs; the CTAs of a
+row tile add their float32 partial sums in a fixed order. Which configuration a
+shape gets is measured by ``xlabridge.mx._triton.fp4_matmul``'s tuning, among its ``DECODE``
+candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from pathlib import Path
+
+import torch
+
+from xlabridge.mx._cuda import _runtime, fp4_decode
+
+SOURCE = Path(__file__).with_name("fp4_wgmma.cu")
+SHARED_BYTES = 226 * 1024
+"""The shared memory a CTA may take: a Hopper SM's 227 KiB for one CTA, less the kernel's own."""
+SLOTS = 4
+"""The kernel's ring of ``x``'s spans in shared memory."""
+SPAN_BYTES = 2048
+"""Shared memory per span of 128 elements of ``K`` and per 8-token tile of ``x`` (bfloat16)."""
+_LOCK = threading.Lock()
+_COUNTS: dict[torch.device, torch.Tensor] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One compiled kernel and how its launches split ``K``: ``wg`` warpgroups per CTA (64 weight rows
+    each, sharing the CTA's copy of ``x``); ``stages``: the ring the weight streams through in shared
+    memory (``stages - 1`` spans of 128 elements of ``K`` in flight); ``per_sm``: the CTAs per SM
+    that split-K aims at (``K`` is split across CTAs until the grid has that many, or each split has
+    one span); ``min_blocks``: CTAs per SM the register budget is cut for."""
+
+    wg: int = 1
+    stages: int = 4
+    per_sm: int = 2
+    min_blocks: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("wg", "stages", "per_sm", "min_blocks"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"fp4_wgmma.Config: {name} must be a positive int, got {value!r}")
+        if self.wg > 4:
+            raise ValueError(f"fp4_wgmma.Config: wg must be at most 4 (512 threads), got {self.wg!r}")
+        if self.stages < 2:
+            raise ValueError(f"fp4_wgmma.Config: stages must be at least 2 (one span in flight), got {self.stages!r}")
+        if ring_bytes(self) > SHARED_BYTES - SLOTS * 8 * SPAN_BYTES:
+            raise ValueError(f"fp4_wgmma.Config: the weight's ring ({self.stages} stages of {self.wg} warpgroups) "
+                             "must leave room for x's")
+
+    @property
+    def threads(self) -> int:
+        return 128 * self.wg
+
+    @property
+    def rows(self) -> int:
+        """Weight rows per CTA."""
+        return 64 * self.wg
+
+
+def available(device: torch.device) -> bool:
+    """Whether ``device`` runs the kernel: the warpgroup MMA is Hopper's (compute capability 9.0) alone."""
+    return device.type == "cuda" and fp4_decode.compute_capability(device) == (9, 0)
+
+
+def refusal(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.Tensor | None,
+            bias: torch.Tensor | None) -> str | None:
+    """Why the kernel does not take these operands, or None if it does: ``fp4_decode``'s conditions,
+    on a Hopper GPU."""
+    if x.device.type == "cuda" and not available(x.device):
+        return f"{x.device} is not a Hopper GPU (compute capability 9.0): the warpgroup MMA is Hopper's"
+    return fp4_decode.refusal(x, data, scale, ids, bias)
+
+
+def _wgmma_chunk(nt: int) -> str:
+    """``wgmma_chunk``: one m64n(8 nt)k16 MMA into ``d``, A from registers, B by descriptor (K-major),
+    always accumulating (the kernel zeroes ``d`` first)."""
+    acc = 4 * nt
+    outputs = ", ".join(f"%{i}" for i in range(acc))
+    a = ", ".join(f"%{acc + i}" for i in range(4))
+    constraints = ", ".join(f'"+f"(d[{i}])' for i in range(acc))
+    return f'''
+__device__ __forceinline__ void wgmma_chunk(float (&d)[{acc}], u32 a0, u32 a1, u32 a2, u32 a3,
+                                            unsigned long long desc) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 5}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{8 * nt}k16.f32.bf16.bf16 {{{outputs}}}, {{{a}}}, %{acc + 4}, p, 1, 1, 0;\\n}}"
+        : {constraints}
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+}}
+'''
+
+
+def source(nt: int) -> str:
+    """The kernel's CUDA C++ for ``nt`` token tiles."""
+    return fp4_decode.COMMON.read_text() + _wgmma_chunk(nt) + "\n" + SOURCE.read_text()
+
+
+def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str) -> list[str]:
+    macros = {"NT": nt, "WG": config.wg, "S": config.stages, "MINB": config.min_blocks, "HAS_BIAS": bias, "HAS_IDS": int(has_ids),
+              "KERNEL": name}
+    return [f"-D{key}={value}" for key, value in macros.items()]
+
+
+def _name(config: Config, nt: int, bias: int, has_ids: bool) -> str:
+    return f"mxfp4_wgmma_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}_{bias}{int(has_ids)}"
+
+
+def compile(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True) -> bytes:
+    """The kernel's binary for ``sm_90a``: from ``_runtime``'s disk cache or NVRTC (``cached``), or
+    NVRTC's alone."""
+    name = _name(config, nt, bias, has_ids)
+    build = _runtime.cached_cubin if cached else _runtime.compile_cubin
+    return build(source(nt), name, "90a", _options(config, nt, bias, has_ids, name))
+
+
+def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.Kernel:
+    """``compile``'s binary loaded into the current context."""
+    return _runtime.Kernel(code, _name(config, nt, bias, has_ids), SHARED_BYTES)
+
+
+def ring_bytes(config: Config) -> int:
+    """The weight's ring in shared memory: 32 bytes per thread and stage."""
+    return config.stages * config.threads * 32
+
+
+@functools.cache
+def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int) -> _runtime.Kernel:
+    """The kernel loaded on that device."""
+    device = torch.device("cuda", device_index)
+    code = compile(config, nt, bias, has_ids)
+    with _LOCK, torch.cuda.device(device):
+        torch.cuda.current_stream(device)  # torch's context made current on this thread
+        return load(code, config, nt, bias, has_ids)
+
+
+def splits(config: Config, tiles: int, k: int, sms: int) -> tuple[int, int]:
+    """``(splits, per)``: how many CTAs share a row tile's ``K`` and how many spans each takes, for
+    ``tiles`` CTAs before splitting (row tiles times ``A``): doubled while the grid has fewer than
+    ``per_sm`` CTAs per SM and each split keeps a span."""
+    spans = -(-k // 128)
+    split = 1
+    while tiles * split < config.per_sm * sms and spans >= 2 * split:
+        split *= 2
+    per = -(-spans // split)
+    return -(-spans // per), per
+
+
+def shared_bytes(config: Config, nt: int) -> int:
+    """The rings' shared memory (dynamic): ``x``'s, and the weight's."""
+    return SLOTS * nt * SPAN_BYTES + ring_bytes(config)
+
+
+def mma_order_x(x: torch.Tensor, nt: int) -> torch.Tensor:
+    """``x`` (``[A, M, K]``) as the kernel copies it into shared memory (``[A, spans * nt * 1024]``):
+    tokens padded with zeros to ``8 nt``, ``K`` to whole spans of 128; per span, in the order chunk
+    ``c = 2q + h``, half ``d``, token tile, token, position ``2t + j``, the span's element
+    ``32t + 8q + 4j + 2h + d``."""
+    A, M, K = x.shape
+    spans = -(-K // 128)
+    if K % 128:
+        x = torch.nn.functional.pad(x, (0, spans * 128 - K))
+    if M == 8 * nt:  # one copy
+        # [A, ng, r, span, t, q, j, h, d] -> [A, span, q, h, d, ng, r, t, j]
+        order = x.view(A, nt, 8, spans, 4, 4, 2, 2, 2).permute(0, 3, 5, 7, 8, 1, 2, 4, 6)
+        return order.reshape(A, spans * nt * 1024)
+    out = x.new_zeros(A, spans * nt * 1024)  # the padding tokens' zeros, then one copy into the rest
+    tokens = out.view(A, spans, 4, 2, 2, 8 * nt, 4, 2).permute(0, 5, 1, 6, 2, 7, 3, 4)[:, :M]
+    tokens.copy_(x.view(A, M, spans, 4, 4, 2, 2, 2))
+    return out
+
+
+def _counts(device: torch.device, count: int) -> torch.Tensor:
+    """Zeroed per-tile arrival counters (the kernel leaves them zeroed); one buffer per device, so
+    split launches on one device must not run concurrently on several streams."""
+    counts = _COUNTS.get(device)
+    if counts is None or counts.numel() < count:
+        counts = _COUNTS[device] = torch.zeros(max(count, 4096), dtype=torch.int32, device=device)
+    return counts
+
+
+def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.Tensor | None,
+           bias: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+    """``y[a] = x[a] @ dequantize(data[e], scale[e]).T (+ bias[e])``, ``e = ids[a]`` (or ``a``), in
+    one launch (``refusal`` is None for these operands)."""
+    nt = fp4_decode.token_tiles(x.shape[1])
+    run = kernel(config, nt, fp4_decode.bias_kind(bias), ids is not None, x.device.index or 0)
+    return launch_loaded(run, config, x, data, scale, ids, bias, y)
+
+
+def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor,
+                  ids: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+    """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build)."""
+    A, M, K = x.shape
+    N = data.shape[-2]
+    nt = fp4_decode.token_tiles(M)
+    tiles = -(-N // config.rows)
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    split, per = splits(config, tiles * A, K, sms)
+    x = mma_order_x(x, nt)
+    partial = torch.empty(A * split * M * N if split > 1 else 1, dtype=torch.float32, device=x.device)
+    counts = _counts(x.device, A * tiles)
+    run((tiles, A, split), (config.threads, 1, 1),
+        [x, data, scale, bias, ids, y, partial, counts, M, N, K, per, x.stride(0), data.stride(0), data.stride(1),
+         scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],
+        torch.cuda.current_stream(x.device).cuda_stream, shared_bytes(config, nt))
+    return y
