@@ -254,20 +254,24 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         __syncthreads();
         if (!is_last) return;
         __threadfence();
+        // Split by split, each adding all of this thread's sums (their loads in flight together), so
+        // that every sum is taken in split order.
         const float* all = partial + (i64)a * splits * M * N;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int n = row + 8 * h;
+        for (int i = 0; i < NT * 4; ++i) acc[i] = 0.0f;
+        for (int p = 0; p < splits; ++p) {
+            const float* part = all + (i64)p * M * N;
 #pragma unroll
-            for (int j = 0; j < NT; ++j)
+            for (int h = 0; h < 2; ++h) {
+                const int n = row + 8 * h;
 #pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const int token = 8 * j + 2 * t + c;
-                    float sum = 0.0f;
-                    if (n < N && token < M)
-                        for (int p = 0; p < splits; ++p) sum += __ldcg(all + ((i64)p * M + token) * N + n);
-                    acc[4 * j + 2 * h + c] = sum;
-                }
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const int token = 8 * j + 2 * t + c;
+                        if (n < N && token < M) acc[4 * j + 2 * h + c] += __ldcg(part + (i64)token * N + n);
+                    }
+            }
         }
     }
 #pragma unroll

@@ -92,8 +92,8 @@ DECODE: dict[int, tuple[Config, ...]] = {
     1: _decode(_D(1, 1, 8, 1, min_blocks=4), _D(1, 1, 16, 1, min_blocks=2), _D(2, 1, 4, 1, True), _D(2, 1, 4, 1),
                _D(2, 2, 4, 1, True)),
     2: _decode(_D(2, 1, 8, 1), _D(2, 1, 16, 1), _D(2, 1, 4, 1), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True)),
-    4: _decode(_D(2, 1, 8, 4), _D(4, 1, 4, 1), _D(2, 1, 4, 4), _D(2, 1, 8, 1, True), _W(1, 4, 1, 2), _W(2, 4, 1, 1)),
-    8: _decode(_D(2, 1, 4, 1, True, x_paired=True), _D(2, 1, 4, 1, True), _W(1, 4, 1, 1), _W(1, 8, 1, 2)),
+    4: _decode(_D(2, 1, 8, 4), _D(4, 1, 4, 1), _D(2, 1, 4, 4), _D(2, 1, 8, 1, True), _W(1, 4, 1, 1), _W(2, 4, 1, 2)),
+    8: _decode(_D(2, 1, 4, 1, True, x_paired=True), _D(2, 1, 4, 1, True), _W(1, 4, 1, 1), _W(1, 4, 1, 2), _W(1, 8, 1, 1)),
 }
 """The CUDA decode kernels' candidates per number of 8-row token tiles, rounded up to a key here
 (3 takes 4's, 5 to 7 take 8's): the fastest of ``tools/bench/mx4_decode_sweep.py``'s sweeps over
