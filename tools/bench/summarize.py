@@ -799,13 +799,14 @@ def _mx4_linear_grid(data: dict) -> list[str]:
     tokens = sorted({r["tokens"] for r in data["rows"]})
     grid: dict[str, dict[int, str]] = {}
     for r in data["rows"]:
-        mark = {"Triton fused kernel": " T", "fused kernel": " T", "dequantize + matmul": " D"}.get(r.get("path"), "")
+        mark = {"Triton fused kernel": " T", "fused kernel": " T", "dequantize + matmul": " D",
+                "CUDA warpgroup kernel": " W"}.get(r.get("path"), "")
         grid.setdefault(r["shape"], {})[r["tokens"]] = f"{r['speedup']:.2f} ({r['weight_read_share']:.2f}){mark}"
     return [
         f"{data['device']}, torch {data['torch']}, Triton {data['triton']}; a 1 GiB device copy ran at "
         f"{data['copy_GBps']:.0f} GB/s in the same run. Speed-up over bf16, and in brackets the MXFP4 weight's bytes "
         "over the time as a share of the copy's rate; T: the first call's timing chose the Triton kernel, D: "
-        "dequantize then `linear`, unmarked: the CUDA decode kernel.",
+        "dequantize then `linear`, W: the CUDA warpgroup kernel, unmarked: the CUDA decode kernel.",
         "",
         *_table(["shape", *map(str, tokens)], [[shape, *(cells.get(t, "-") for t in tokens)] for shape, cells in grid.items()]),
     ]
