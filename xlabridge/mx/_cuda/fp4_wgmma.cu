@@ -1,9 +1,9 @@
 // The MXFP4 decode matmul with Hopper's warpgroup MMA (wgmma, sm_90a): y[a] = x[a] @ W[e].T
 // (+ bias[e]) for up to 64 rows of x. The weight is decoded in registers (fp4_common.cuh) into the
 // MMA's A operand, 64 rows per warpgroup (16 per warp, as mma.sync's A); x, the B operand (n = 8 NT
-// tokens), is read by the tensor cores from shared memory, where the CTA put it once: one copy of x
-// serves every warp, and no register holds it. That is what lets 16 to 64 tokens run at the
-// weight's speed: with x in registers a warp reloads all of x for every 16 rows.
+// tokens), is read by the tensor cores from shared memory: one copy of a span of x serves every warp
+// of the CTA, and no register holds it, where fp4_decode.cu's warps each read all of x for their 16
+// rows. That is what 32 to 64 tokens need.
 //
 // A CTA (WG warpgroups, 64 WG rows) takes the spans [z per, (z + 1) per) of K (z = blockIdx.z, a
 // split of K across CTAs that fills the SMs where N alone does not). x comes into shared memory span

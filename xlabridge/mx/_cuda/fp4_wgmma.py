@@ -3,7 +3,7 @@ compiled by NVRTC for ``sm_90a``, for up to ``fp4_decode.MAX_ROWS`` rows of bflo
 
 Where ``fp4_decode`` keeps ``x`` in each warp's registers, this kernel streams it through shared
 memory by bulk copies (``x`` first put in the MMA's order, ``mma_order_x``: one more launch), where
-the tensor cores read it: the weight rows a CTA covers all share one copy, which is what 16 to 64
+the tensor cores read it: the weight rows a CTA covers all share one copy, which is what 32 to 64
 tokens need. ``K`` is split across CTAs (``splits``) until the grid fills the SMs; the CTAs of a
 row tile add their float32 partial sums in a fixed order. Which configuration a
 shape gets is measured by ``xlabridge.mx._triton.fp4_matmul``'s tuning, among its ``DECODE``
