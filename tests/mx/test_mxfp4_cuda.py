@@ -53,7 +53,7 @@ def test_each_code_path_compiles_for_hopper_with_nvrtc(config, nt, bias, ids):
     """The source, with each way of keeping loads in flight, is valid CUDA for ``sm_90`` to the NVRTC
     this environment's torch brings: a GPU binary (ELF) whose symbol is the kernel's name."""
     _nvrtc_or_skip()
-    binary = fp4_decode.compile(config, nt, bias, ids, (9, 0), cached=False)
+    binary = fp4_decode.binary(config, nt, bias, ids, (9, 0), cached=False)
     assert binary[:4] == b"\x7fELF" and fp4_decode._name(config, nt, bias, ids).encode() in binary
 
 
@@ -66,7 +66,7 @@ def test_the_warpgroup_kernel_compiles_for_sm90a_with_its_mma_shape(config, nt, 
     """``fp4_wgmma.cu`` with the host's ``wgmma_chunk`` for ``nt`` token tiles is valid CUDA for
     ``sm_90a``: a binary with the kernel's symbol, whose text holds the m64n(8 nt)k16 MMA."""
     _nvrtc_or_skip()
-    binary = fp4_wgmma.compile(config, nt, bias, ids, cached=False)
+    binary = fp4_wgmma.binary(config, nt, bias, ids, cached=False)
     assert binary[:4] == b"\x7fELF" and fp4_wgmma._name(config, nt, bias, ids).encode() in binary
     assert f"m64n{8 * nt}k16" in fp4_wgmma.source(nt)
 
@@ -173,9 +173,10 @@ def test_each_candidate_against_the_spec_with_extreme_scales(key, config):
     assert_within_bf16_of(y.cpu(), _exact(x, data, scale, ids, bias))
 
 
-@pytest.mark.skipif(not WARPGROUP, reason="needs a Hopper GPU (compute capability 9.0: the warpgroup MMA; the device machine)")
-@pytest.mark.parametrize("wg, stages, nt, blocks, per_sm", [(1, 4, 1, 61, 2), (2, 8, 2, 61, 8), (1, 2, 3, 4, 1), (2, 4, 8, 61, 4),
-                                                           (1, 8, 8, 5, 1)],
+@pytest.mark.skipif(not WARPGROUP,
+                    reason="needs a Hopper GPU (compute capability 9.0: the warpgroup MMA; the device machine)")
+@pytest.mark.parametrize("wg, stages, nt, blocks, per_sm",
+                         [(1, 4, 1, 61, 2), (2, 8, 2, 61, 8), (1, 2, 3, 4, 1), (2, 4, 8, 61, 4), (1, 8, 8, 5, 1)],
                          ids=["n8-split", "n16-two-warpgroups-split", "n24-one-span", "n64-split", "n64-two-spans"])
 def test_the_warpgroup_kernel_against_the_spec_split_and_not(wg, stages, nt, blocks, per_sm):
     """The warpgroup kernel at ``8 nt - 3`` rows (a partial token tile), K cut to ``blocks`` blocks

@@ -37,7 +37,7 @@ PROBES = {0: "as built", 1: "loads only", 2: "arithmetic only"}
 
 
 def _load(config, nt, probe, capability):
-    code = fp4_decode.compile(config, nt, 0, False, capability, probe=probe)
+    code = fp4_decode.binary(config, nt, 0, False, capability, probe=probe)
     return fp4_decode.load(code, config, nt, 0, False, probe)
 
 

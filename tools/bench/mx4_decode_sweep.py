@@ -1,6 +1,7 @@
 """Every configuration of the CUDA MXFP4 decode kernels (``xlabridge/mx/_cuda``: ``fp4_decode.cu``,
-and on Hopper ``fp4_wgmma.cu``; ``--kernels`` picks) on ``mx4_linear.py``'s shapes and token counts, against bf16 ``linear`` (``bmm`` for the experts) timed
-in the same run, each result checked against the float64 product.
+and on Hopper ``fp4_wgmma.cu``; ``--kernels`` picks) on ``mx4_linear.py``'s shapes and token
+counts, against bf16 ``linear`` (``bmm`` for the experts) timed in the same run, each result
+checked against the float64 product.
 
     PYTHONPATH=. python3 tools/bench/mx4_decode_sweep.py   # writes tools/bench/results/mx4_decode_sweep.json
 
@@ -80,8 +81,8 @@ def build(jobs, capability) -> dict:
         config, nt, bias, ids = job
         try:
             if isinstance(config, fp4_wgmma.Config):
-                return job, fp4_wgmma.compile(config, nt, bias, ids, cached=False), {}
-            return job, fp4_decode.compile(config, nt, bias, ids, capability, cached=False), {}
+                return job, fp4_wgmma.binary(config, nt, bias, ids, cached=False), {}
+            return job, fp4_decode.binary(config, nt, bias, ids, capability, cached=False), {}
         except Exception as error:  # noqa: BLE001 - recorded
             return job, None, {"error": str(error)[-400:]}
 

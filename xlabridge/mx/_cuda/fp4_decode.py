@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import threading
 from pathlib import Path
 
 import torch
 
 from xlabridge.mx._cuda import _runtime
-
-logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("fp4_decode.cu")
 COMMON = Path(__file__).with_name("fp4_common.cuh")
@@ -148,7 +145,7 @@ def source() -> str:
     return COMMON.read_text() + "\n" + SOURCE.read_text()
 
 
-def compile(config: Config, nt: int, bias: int, has_ids: bool, capability: tuple[int, int], cached: bool = True,
+def binary(config: Config, nt: int, bias: int, has_ids: bool, capability: tuple[int, int], cached: bool = True,
             probe: int = 0) -> bytes:
     """The kernel's binary for ``sm_<capability>`` (``nt`` token tiles, ``bias`` kind of
     ``BIAS_KINDS`` or 0): from ``_runtime``'s disk cache or NVRTC (``cached``), or NVRTC's alone
@@ -159,7 +156,7 @@ def compile(config: Config, nt: int, bias: int, has_ids: bool, capability: tuple
 
 
 def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, probe: int = 0) -> _runtime.Kernel:
-    """``compile``'s binary loaded into the current context."""
+    """``binary``'s result loaded into the current context."""
     return _runtime.Kernel(code, _name(config, nt, bias, has_ids) + (f"_p{probe}" if probe else ""),
                            config.ring_bytes(nt))
 
@@ -168,7 +165,7 @@ def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, probe: 
 def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int) -> _runtime.Kernel:
     """The kernel loaded on that device (its ``registers`` and ``local_bytes`` are the driver's)."""
     device = torch.device("cuda", device_index)
-    code = compile(config, nt, bias, has_ids, compute_capability(device))
+    code = binary(config, nt, bias, has_ids, compute_capability(device))
     with _LOCK, torch.cuda.device(device):
         torch.cuda.current_stream(device)  # torch's context made current on this thread
         return load(code, config, nt, bias, has_ids)

@@ -107,8 +107,8 @@ def source(nt: int) -> str:
 
 
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str) -> list[str]:
-    macros = {"NT": nt, "WG": config.wg, "S": config.stages, "MINB": config.min_blocks, "HAS_BIAS": bias, "HAS_IDS": int(has_ids),
-              "KERNEL": name}
+    macros = {"NT": nt, "WG": config.wg, "S": config.stages, "MINB": config.min_blocks, "HAS_BIAS": bias,
+              "HAS_IDS": int(has_ids), "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
@@ -116,7 +116,7 @@ def _name(config: Config, nt: int, bias: int, has_ids: bool) -> str:
     return f"mxfp4_wgmma_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}_{bias}{int(has_ids)}"
 
 
-def compile(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True) -> bytes:
+def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True) -> bytes:
     """The kernel's binary for ``sm_90a``: from ``_runtime``'s disk cache or NVRTC (``cached``), or
     NVRTC's alone."""
     name = _name(config, nt, bias, has_ids)
@@ -125,7 +125,7 @@ def compile(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = Tr
 
 
 def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.Kernel:
-    """``compile``'s binary loaded into the current context."""
+    """``binary``'s result loaded into the current context."""
     return _runtime.Kernel(code, _name(config, nt, bias, has_ids), SHARED_BYTES)
 
 
@@ -138,7 +138,7 @@ def ring_bytes(config: Config) -> int:
 def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int) -> _runtime.Kernel:
     """The kernel loaded on that device."""
     device = torch.device("cuda", device_index)
-    code = compile(config, nt, bias, has_ids)
+    code = binary(config, nt, bias, has_ids)
     with _LOCK, torch.cuda.device(device):
         torch.cuda.current_stream(device)  # torch's context made current on this thread
         return load(code, config, nt, bias, has_ids)
