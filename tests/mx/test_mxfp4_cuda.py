@@ -13,6 +13,7 @@ import torch
 from tests.mx._cases import assert_within_bf16_of, mxfp4_extreme_scales
 from tests.mx._reference import dequantize_fp4_reference
 from xlabridge.mx._cuda import _runtime, fp4_decode, fp4_wgmma
+from xlabridge.mx._cuda.dispatch import kernel_of
 from xlabridge.mx._triton import fp4_matmul
 
 
@@ -30,13 +31,7 @@ WARPGROUP = torch.cuda.is_available() and torch.cuda.get_device_capability() == 
 
 
 def _name(config, nt, bias=0, ids=False) -> str:
-    module = fp4_wgmma if isinstance(config, fp4_wgmma.Config) else fp4_decode
-    return module._name(config, nt, bias, ids)
-
-
-def _launch(config, *args):
-    module = fp4_wgmma if isinstance(config, fp4_wgmma.Config) else fp4_decode
-    return module.launch(config, *args)
+    return kernel_of(config)._name(config, nt, bias, ids)
 
 
 # ---------------------------------------------------------------- any machine
@@ -169,7 +164,7 @@ def test_each_candidate_against_the_spec_with_extreme_scales(key, config):
     bias = torch.randn(3, 200, generator=torch.Generator().manual_seed(key)).to(torch.bfloat16 if key % 2 else torch.float32)
     y = torch.empty(2, rows, 200, dtype=torch.bfloat16, device="cuda")
     assert fp4_decode.refusal(x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), bias.cuda()) is None
-    _launch(config, x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), bias.cuda(), y)
+    kernel_of(config).launch(config, x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), bias.cuda(), y)
     assert_within_bf16_of(y.cpu(), _exact(x, data, scale, ids, bias))
 
 

@@ -29,6 +29,7 @@ import torch
 sys.path.insert(0, os.getcwd())
 from tools.bench import mx4_linear  # noqa: E402
 from tools.bench.mx_cast import gpu_time  # noqa: E402
+from xlabridge.mx._cuda.dispatch import kernel_of  # noqa: E402
 from xlabridge.mx._cuda import fp4_decode, fp4_wgmma  # noqa: E402
 
 KERNELS = ("decode", "wgmma")
@@ -62,10 +63,6 @@ def wgmma_configs(nt: int) -> list[fp4_wgmma.Config]:
             for blocks in ((1, 2, 4) if wg == 1 else (1, 2))]
 
 
-def _module(config):
-    return fp4_wgmma if isinstance(config, fp4_wgmma.Config) else fp4_decode
-
-
 def _fields(entry: dict) -> list[str]:
     """A result entry's kernel and configuration fields."""
     module = fp4_wgmma if entry["kernel"] == "fp4_wgmma" else fp4_decode
@@ -88,10 +85,10 @@ def build(jobs, capability) -> dict:
 
     names = {}
     for job in jobs:  # one build per distinct kernel
-        names.setdefault(_module(job[0])._name(*job), job)
+        names.setdefault(kernel_of(job[0])._name(*job), job)
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 4) as pool:
-        done = {_module(job[0])._name(*job): (code, info) for job, code, info in pool.map(one, names.values())}
-    return {job: done[_module(job[0])._name(*job)] for job in jobs}
+        done = {kernel_of(job[0])._name(*job): (code, info) for job, code, info in pool.map(one, names.values())}
+    return {job: done[kernel_of(job[0])._name(*job)] for job in jobs}
 
 
 def main() -> None:
@@ -126,11 +123,11 @@ def main() -> None:
         if code is None:
             continue
         try:
-            run = _module(job[0]).load(code, *job)
+            run = kernel_of(job[0]).load(code, *job)
             loaded[job] = (run, {**info, "registers": run.registers, "spill_bytes": run.local_bytes})
         except Exception as error:  # noqa: BLE001 - recorded
             info["load_error"] = str(error)[-300:]
-    errors = {_module(job[0])._name(*job): info for job, (code, info) in built.items() if code is None or "load_error" in info}
+    errors = {kernel_of(job[0])._name(*job): info for job, (code, info) in built.items() if code is None or "load_error" in info}
     results["build_errors"] = dict(list(errors.items())[:20])
     print(f"loaded {len(loaded)} in {time.time() - started:.0f} s; {len(errors)} failed", flush=True)
     copy = results["copy_GBps"] = mx4_linear.copy_bandwidth(dev)
@@ -146,11 +143,11 @@ def main() -> None:
         for (config, nt_, bias, ids), (run, info) in loaded.items():
             if nt_ != nt or ids != (ids_list is not None):
                 continue
-            entry = {"kernel": _module(config).__name__.rsplit(".", 1)[-1], **dataclasses.asdict(config), **info}
+            entry = {"kernel": kernel_of(config).__name__.rsplit(".", 1)[-1], **dataclasses.asdict(config), **info}
             try:
                 def call(w, config=config, run=run):
                     data, scale, ids_ = w
-                    _module(config).launch_loaded(run, config, xs, data, scale, ids_, None, out)
+                    kernel_of(config).launch_loaded(run, config, xs, data, scale, ids_, None, out)
                 out = torch.empty(xs.shape[0], xs.shape[1], n, dtype=torch.bfloat16, device=dev)
                 call(weight_args[0])
                 torch.cuda.synchronize()

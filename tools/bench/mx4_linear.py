@@ -53,6 +53,7 @@ import torch
 sys.path.insert(0, os.getcwd())
 from tools.bench.mx_cast import gpu_time  # noqa: E402
 from xlabridge import mx  # noqa: E402
+from xlabridge.mx._cuda.dispatch import kernel_of  # noqa: E402
 from xlabridge.mx._cuda import fp4_wgmma  # noqa: E402
 from xlabridge.mx._triton import fp4_matmul  # noqa: E402
 
@@ -116,7 +117,7 @@ def _chosen(n: int, k: int, groups: int, tokens: int, ids: bool) -> dict | None:
     if config is None:
         return None
     path = {"dequantize": "dequantize + matmul", "cuda": "CUDA decode kernel"}.get(config.mode, "Triton fused kernel")
-    if config.mode == "cuda" and fp4_matmul._decode_kernel(config) is fp4_wgmma:
+    if config.mode == "cuda" and kernel_of(config.decode) is fp4_wgmma:
         path = "CUDA warpgroup kernel"
     return {"path": path, "config": dataclasses.asdict(config)}
 

@@ -91,6 +91,23 @@ __device__ __forceinline__ void decode_span(const u32 (&w)[2][4], const u32 (&s)
     }
 }
 
+// fn(i, n, token) for each of a thread's outputs within [N rows, M tokens]: acc[i = 4j + 2h + c] is
+// row `row` + 8h, token 8j + 2t + c.
+template <class F>
+__device__ __forceinline__ void each_output(int row, int t, int M, int N, F&& fn) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int n = row + 8 * h;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int token = 8 * j + 2 * t + c;
+                if (n < N && token < M) fn(4 * j + 2 * h + c, n, token);
+            }
+    }
+}
+
 __device__ __forceinline__ float bias_of(const void* bias, i64 at) {
 #if HAS_BIAS == 1  // bfloat16
     return __uint_as_float(((u32)((const u16*)bias)[at]) << 16);
@@ -228,21 +245,10 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
 #pragma unroll
     for (int i = 0; i < NT * 4; ++i) keep(acc[i]);
 
-    // acc[4j + 2h + c]: row `row` + 8h, token 8j + 2t + c.
     u16* ya = y + (i64)a * sya;
     if (splits > 1) {
         float* mine = partial + (i64)(a * splits + z) * M * N;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int n = row + 8 * h;
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const int token = 8 * j + 2 * t + c;
-                    if (n < N && token < M) mine[(i64)token * N + n] = acc[4 * j + 2 * h + c];
-                }
-        }
+        each_output(row, t, M, N, [&](int i, int n, int token) { mine[(i64)token * N + n] = acc[i]; });
         __threadfence();
         __syncthreads();
         __shared__ int is_last;
@@ -261,30 +267,13 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         for (int i = 0; i < NT * 4; ++i) acc[i] = 0.0f;
         for (int p = 0; p < splits; ++p) {
             const float* part = all + (i64)p * M * N;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int n = row + 8 * h;
-#pragma unroll
-                for (int j = 0; j < NT; ++j)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const int token = 8 * j + 2 * t + c;
-                        if (n < N && token < M) acc[4 * j + 2 * h + c] += __ldcg(part + (i64)token * N + n);
-                    }
-            }
+            each_output(row, t, M, N, [&](int i, int n, int token) { acc[i] += __ldcg(part + (i64)token * N + n); });
         }
     }
+    float add[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int n = row + 8 * h;
-        if (n >= N) continue;
-        const float add = bias_of(bias, e * sbe + n);
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int token = 8 * j + 2 * t + c;
-                if (token < M) ya[(i64)token * sym + n] = to_bf16(acc[4 * j + 2 * h + c] + add);
-            }
-    }
+    for (int h = 0; h < 2; ++h) add[h] = row + 8 * h < N ? bias_of(bias, e * sbe + row + 8 * h) : 0.0f;
+    each_output(row, t, M, N, [&](int i, int n, int token) {
+        ya[(i64)token * sym + n] = to_bf16(acc[i] + add[(n - row) >> 3]);
+    });
 }

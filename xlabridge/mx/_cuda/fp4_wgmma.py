@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from xlabridge.mx._cuda import _runtime, fp4_decode
+from xlabridge.mx._cuda._counts import arrival_counts
 
 SOURCE = Path(__file__).with_name("fp4_wgmma.cu")
 SHARED_BYTES = 226 * 1024
@@ -29,7 +30,6 @@ SLOTS = 4
 SPAN_BYTES = 2048
 """Shared memory per span of 128 elements of ``K`` and per 8-token tile of ``x`` (bfloat16)."""
 _LOCK = threading.Lock()
-_COUNTS: dict[torch.device, torch.Tensor] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,15 +180,6 @@ def mma_order_x(x: torch.Tensor, nt: int) -> torch.Tensor:
     return out
 
 
-def _counts(device: torch.device, count: int) -> torch.Tensor:
-    """Zeroed per-tile arrival counters (the kernel leaves them zeroed); one buffer per device, so
-    split launches on one device must not run concurrently on several streams."""
-    counts = _COUNTS.get(device)
-    if counts is None or counts.numel() < count:
-        counts = _COUNTS[device] = torch.zeros(max(count, 4096), dtype=torch.int32, device=device)
-    return counts
-
-
 def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.Tensor | None,
            bias: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
     """``y[a] = x[a] @ dequantize(data[e], scale[e]).T (+ bias[e])``, ``e = ids[a]`` (or ``a``), in
@@ -209,7 +200,7 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
     split, per = splits(config, tiles * A, K, sms)
     x = mma_order_x(x, nt)
     partial = torch.empty(A * split * M * N if split > 1 else 1, dtype=torch.float32, device=x.device)
-    counts = _counts(x.device, A * tiles)
+    counts = arrival_counts(x.device, A * tiles)
     run((tiles, A, split), (config.threads, 1, 1),
         [x, data, scale, bias, ids, y, partial, counts, M, N, K, per, x.stride(0), data.stride(0), data.stride(1),
          scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],

@@ -31,6 +31,8 @@ import torch
 
 from xlabridge import _optional
 from xlabridge.mx._cuda import fp4_decode, fp4_wgmma
+from xlabridge.mx._cuda._counts import arrival_counts
+from xlabridge.mx._cuda.dispatch import kernel_of
 from xlabridge.mx._triton.fp4 import device_guard
 
 logger = logging.getLogger(__name__)
@@ -108,7 +110,6 @@ docstring); False only to test the permutation against memory order."""
 TUNING: dict[tuple, list[dict]] = {}
 """Per key: each candidate's config and median ms (or why it was left out), as timed."""
 _CHOSEN: dict[tuple, Config] = {}
-_LOCKS: dict[torch.device, torch.Tensor] = {}
 
 
 def supports(x: torch.Tensor, block_size: int) -> bool:
@@ -147,16 +148,6 @@ def _sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
-def _locks(device: torch.device, count: int) -> torch.Tensor:
-    """Zeroed per-tile arrival counters (the kernel leaves them zeroed); one buffer per device, so
-    split-K launches on one device must not run concurrently on several streams."""
-    locks = _LOCKS.get(device)
-    if locks is None or locks.numel() < count:
-        locks = torch.zeros(max(count, 4096), dtype=torch.int32, device=device)
-        _LOCKS[device] = locks
-    return locks
-
-
 def _dequantized(config: Config, x, data, scale, ids, bias, y):
     """``mode="dequantize"``: the weights that ``ids`` names (all where None) dequantized to ``x``'s
     dtype, then one batched matmul (PyTorch's), written into ``y``."""
@@ -188,16 +179,11 @@ def _x_in_order(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _decode_kernel(config: Config):
-    """The module of ``mode="cuda"``'s kernel: ``fp4_wgmma`` or ``fp4_decode``."""
-    return fp4_wgmma if isinstance(config.decode, fp4_wgmma.Config) else fp4_decode
-
-
 def _launch(config: Config, x, data, scale, ids, bias, y):
     if config.mode == "dequantize":
         return _dequantized(config, x, data, scale, ids, bias, y)
     if config.mode == "cuda":
-        kernel = _decode_kernel(config)
+        kernel = kernel_of(config.decode)
         refusal = kernel.refusal(x, data, scale, ids, bias)
         if refusal is not None:
             raise ValueError(f"the CUDA decode kernel does not take these operands: {refusal}")
@@ -215,7 +201,7 @@ def _launch(config: Config, x, data, scale, ids, bias, y):
     k_per_split = -(-K // (split * config.bk)) * config.bk
     split = -(-K // k_per_split)  # no split left with nothing to add
     workspace = torch.empty(A * tiles * split * config.bn * bm if split > 1 else 1, dtype=torch.float32, device=x.device)
-    locks = _locks(x.device, A * tiles)
+    locks = arrival_counts(x.device, A * tiles)
     dummy = y
     with device_guard(x):
         _kernel()[(tiles, split, A)](
@@ -237,7 +223,7 @@ def _candidates(x: torch.Tensor) -> list[Config]:
     out = [c for c in CONFIGS[row_tile(x.shape[-2])] if c.mode in (kernel_mode, "dequantize")]
     m = x.shape[-2]
     if x.dtype == torch.bfloat16 and m <= fp4_decode.MAX_ROWS and fp4_decode.available(x.device):
-        out += [c for c in DECODE[decode_tiles(m)] if _decode_kernel(c).available(x.device)]
+        out += [c for c in DECODE[decode_tiles(m)] if kernel_of(c.decode).available(x.device)]
     return out
 
 
@@ -314,7 +300,7 @@ def matmul(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.
             config = DEFAULT
         else:
             config = _CHOSEN[key] = _tune(key, x, data, scale, ids, bias, y)
-    if config.mode == "cuda" and _decode_kernel(config).refusal(x, data, scale, ids, bias) is not None:
+    if config.mode == "cuda" and kernel_of(config.decode).refusal(x, data, scale, ids, bias) is not None:
         config = DEFAULT  # operands the tuning's did not have (a view off 16-byte alignment, a bias dtype)
     return _launch(config, x, data, scale, ids, bias, y)
 
