@@ -12,7 +12,7 @@ import torch
 
 from tests.mx._cases import assert_within_bf16_of, mxfp4_extreme_scales
 from tests.mx._reference import dequantize_fp4_reference
-from xlabridge.mx._cuda import _runtime, fp4_decode, fp4_wgmma
+from xlabridge.mx._cuda import _runtime, fp4_decode, fp4_wgmma, x_order
 from xlabridge.mx._cuda.dispatch import kernel_of
 from xlabridge.mx._triton import fp4_matmul
 
@@ -77,26 +77,28 @@ def test_split_k_fills_the_sms_and_keeps_a_span_per_split(tiles, k, per_sm):
     assert tiles * split >= per_sm * 132 or per <= 2
 
 
-def test_mma_order_x_puts_each_element_where_the_kernel_s_descriptors_read_it():
-    """``mma_order_x`` against the layout worked out element by element: 5 tokens padded to 8 (one
-    tile), K = 200 to two spans, with zeros; element ``128 s + 32 t + 8 q + 4 j + 2 h + d`` of token
-    ``r`` lands in span ``s``'s chunk ``2q + h``, core matrix ``d``, row ``r``, position ``2t + j``
-    (chunks of 2 x 8 x 8 elements, core matrices of 8 x 8, rows of 8)."""
-    x = torch.randn(2, 5, 200).bfloat16()
-    got = fp4_wgmma.mma_order_x(x, 1)
-    assert got.shape == (2, 2 * 1024)
-    expected = torch.zeros(2, 2 * 1024, dtype=torch.bfloat16)
+_ON = [pytest.param("cpu", id="torch"),
+       pytest.param("cuda", id="kernel", marks=pytest.mark.skipif(not HOPPER, reason="x_order.cu needs a CUDA GPU of "
+                                                                  "compute capability 9.0 or newer (the device machine)"))]
+
+
+@pytest.mark.parametrize("device", _ON)
+@pytest.mark.parametrize("tokens, nt", [(5, 1), (61, 8)])
+def test_mma_order_x_puts_each_element_where_the_kernel_s_descriptors_read_it(device, tokens, nt):
+    """``mma_order_x`` (PyTorch's off a GPU, ``x_order.cu`` on one) against the layout worked out
+    element by element: tokens padded to ``8 nt``, K = 200 to two spans, with zeros; element
+    ``128 s + 32 t + 8 q + 4 j + 2 h + d`` of token ``8 g + r`` lands in span ``s``'s chunk ``2q + h``,
+    core matrix ``d``, token tile ``g``, row ``r``, position ``2t + j``."""
+    x = torch.randn(2, tokens, 200).bfloat16()
+    got = fp4_wgmma.mma_order_x(x.to(device), nt).cpu()
+    assert got.shape == (2, 2 * nt * 1024)
+    expected = torch.zeros(2, 2 * nt * 1024, dtype=torch.bfloat16)
     for k in range(200):
         s, t, q, j, h, d = k // 128, k % 128 // 32, k % 32 // 8, k % 8 // 4, k % 4 // 2, k % 2
-        for r in range(5):
-            expected[:, 1024 * s + 128 * (2 * q + h) + 64 * d + 8 * r + 2 * t + j] = x[:, r, k]
+        for token in range(tokens):
+            g, r = divmod(token, 8)
+            expected[:, nt * 1024 * s + nt * 128 * (2 * q + h) + nt * 64 * d + 64 * g + 8 * r + 2 * t + j] = x[:, token, k]
     assert torch.equal(got, expected)
-
-
-def test_a_compile_error_names_the_program_and_quotes_nvrtc_s_log():
-    _nvrtc_or_skip()
-    with pytest.raises(_runtime.CudaError, match=r"could not compile broken:\n.*undefined"):
-        _runtime.compile_cubin('extern "C" __global__ void k() { undefined_name(); }', "broken", "90", [])
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -247,16 +249,70 @@ def test_under_a_cuda_graph_the_launch_is_captured_and_replayed():
     assert_within_bf16_of(y.cpu(), _exact(x.cpu(), data.cpu(), scale.cpu(), ids.cpu(), None))
 
 
-def test_paired_x_puts_each_element_where_the_kernel_s_loads_take_it():
-    """``paired_x`` against the layout worked out element by element: K (200) padded to two spans
-    with zeros; element ``128 s + 32 t + 8 q + e`` of a row lands at ``128 s + 32 q + 8 t + p``, where
-    ``p`` is the MMA's pair order ``e`` = 0, 4, 1, 5, 2, 6, 3, 7."""
-    x = torch.randn(2, 3, 200).bfloat16()
-    got = fp4_decode.paired_x(x)
-    assert got.shape == (2, 3, 256)
-    expected = torch.zeros(2, 3, 256, dtype=torch.bfloat16)
+@requires_hopper
+@pytest.mark.parametrize("key, config", [(1, fp4_matmul.DECODE[1][0].decode), (8, fp4_wgmma.Config(1, 4, 8)),
+                                         (2, fp4_wgmma.Config(1, 4, 2))], ids=["decode", "warpgroup-split", "warpgroup-n16"])
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_a_dependent_launch_reads_what_the_kernel_just_before_wrote(key, config, graph):
+    """Launched to overlap the previous kernel, a kernel must still see that kernel's writes: each of
+    six launches in a row takes x, the weight's bytes and scales, and the expert ids just copied into
+    the same buffers (different each time) by the kernels right before it, and writes a y whose memory
+    a kernel before it wrote; every result is bitwise the plain launch's, and within the spec's bound."""
+    if isinstance(config, fp4_wgmma.Config) and not WARPGROUP:
+        pytest.skip("the warpgroup MMA is Hopper's (compute capability 9.0)")
+    rows = 8 * key - 3
+    cases = [_operands(rows, 600 + i) for i in range(6)]
+    for i, case in enumerate(cases):  # a different expert order each time, so ids matter
+        case[3][:] = torch.tensor([i % 2, (i + 1) % 2], dtype=torch.int32)
+    gpu = [tuple(t.cuda() for t in case) for case in cases]
+    buffers = [torch.empty_like(t) for t in gpu[0]]
+    ys = [torch.full((2, rows, 200), 3.0, dtype=torch.bfloat16, device="cuda") for _ in cases]
+
+    def run(dependent):
+        for operands, y in zip(gpu, ys):
+            for buffer, source in zip(buffers, operands):
+                buffer.copy_(source)
+            y.fill_(-1.0)
+            kernel_of(config).launch_loaded(kernel_of(config).kernel(config, fp4_decode.token_tiles(rows), 0, True, 0),
+                                            config, *buffers, None, y, dependent)
+        return [y.clone() for y in ys]
+
+    plain = run(False)
+    if graph:
+        run(True)  # loaded before the capture
+        captured = torch.cuda.CUDAGraph()
+        for y in ys:
+            y.zero_()
+        with torch.cuda.graph(captured):
+            run(True)
+        captured.replay()
+        torch.cuda.synchronize()
+        dependent = [y.clone() for y in ys]
+    else:
+        dependent = run(True)
+    for i, ((x, data, scale, ids), want, got) in enumerate(zip(cases, plain, dependent)):
+        assert_within_bf16_of(want.cpu(), _exact(x, data, scale, ids, None))
+        assert torch.equal(want.view(torch.int16), got.view(torch.int16)), (
+            i, int((want != got).sum()), float((want.float() - got.float()).abs().nan_to_num().max()))
+
+
+@pytest.mark.parametrize("device", _ON)
+@pytest.mark.parametrize("tokens", [3, 64])
+def test_paired_x_puts_each_element_where_the_kernel_s_loads_take_it(device, tokens):
+    """``paired_x`` (PyTorch's off a GPU, ``x_order.cu`` on one) against the layout worked out element
+    by element: K (200) padded to two spans with zeros; element ``128 s + 32 t + 8 q + e`` of a row
+    lands at ``128 s + 32 q + 8 t + p``, where ``p`` is the MMA's pair order ``e`` = 0, 4, 1, 5, 2, 6, 3, 7."""
+    x = torch.randn(2, tokens, 200).bfloat16()
+    got = fp4_decode.paired_x(x.to(device)).cpu()
+    assert got.shape == (2, tokens, 256)
+    expected = torch.zeros(2, tokens, 256, dtype=torch.bfloat16)
     order = (0, 4, 1, 5, 2, 6, 3, 7)
     for k in range(200):
         s, t, q, e = k // 128, k % 128 // 32, k % 32 // 8, k % 8
         expected[:, :, 128 * s + 32 * q + 8 * t + order.index(e)] = x[:, :, k]
     assert torch.equal(got, expected)
+
+
+def test_x_order_says_when_x_has_more_rows_than_its_token_tiles():
+    with pytest.raises(ValueError, match=r"x_order.order: x has 9 rows, more than nt=1 tiles of 8"):
+        x_order.order(torch.zeros(1, 9, 32, dtype=torch.bfloat16), x_order.Layout.WGMMA, 1)

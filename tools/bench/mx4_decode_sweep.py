@@ -63,10 +63,18 @@ def wgmma_configs(nt: int) -> list[fp4_wgmma.Config]:
             for blocks in ((1, 2, 4) if wg == 1 else (1, 2))]
 
 
+def candidate_configs(nt: int) -> list:
+    """``fp4_matmul.DECODE``'s CUDA candidates for ``nt`` token tiles (those the tuning picks from)."""
+    from xlabridge.mx._triton import fp4_matmul
+
+    return [c.decode for c in fp4_matmul.DECODE[fp4_matmul.decode_tiles(8 * nt)]
+            if isinstance(c.decode, fp4_wgmma.Config) or c.decode.fits(nt)]
+
+
 def _fields(entry: dict) -> list[str]:
     """A result entry's kernel and configuration fields."""
     module = fp4_wgmma if entry["kernel"] == "fp4_wgmma" else fp4_decode
-    return ["kernel", *(f.name for f in dataclasses.fields(module.Config))]
+    return ["kernel", *(f.name for f in dataclasses.fields(module.Config)), "dependent"]
 
 
 def build(jobs, capability) -> dict:
@@ -97,10 +105,17 @@ def main() -> None:
                                                       "mx4_decode_sweep.json"))
     parser.add_argument("--shapes", default=",".join(mx4_linear.LINEARS) + ",experts")
     parser.add_argument("--tokens", default=",".join(map(str, mx4_linear.TOKENS)))
-    parser.add_argument("--kernels", default=",".join(KERNELS), help="which kernels' configurations: decode, wgmma")
+    parser.add_argument("--kernels", default=",".join(KERNELS), help="which kernels' configurations: decode, wgmma, "
+                        "or candidates (fp4_matmul.DECODE's alone)")
+    parser.add_argument("--launch", default="dependent", choices=("dependent", "plain", "both"),
+                        help="launched to overlap the previous kernel (dependent), or not, or each config both ways")
+    parser.add_argument("--prefetch", type=int, default=fp4_decode.PREFETCH_SPANS,
+                        help="spans of a row brought into L2 before the previous kernel's end")
     parser.add_argument("--every", type=int, default=1, help="time every n-th configuration only (a quick check)")
     parser.add_argument("--seconds", type=float, default=480, help="stop timing new cases after this long")
     args = parser.parse_args()
+    fp4_decode.PREFETCH_SPANS = args.prefetch
+    modes = {"dependent": (True,), "plain": (False,), "both": (False, True)}[args.launch]
     started = time.time()
     dev = torch.device("cuda")
     torch.zeros(1, device=dev)  # torch's context, current on this thread, for the driver to load into
@@ -112,7 +127,9 @@ def main() -> None:
     kernels = args.kernels.split(",")
     jobs = [(c, nt, 0, ids) for nt in nts
             for c in ((decode_configs(nt) if "decode" in kernels else [])[::args.every]
-                      + (wgmma_configs(nt) if "wgmma" in kernels and torch.cuda.get_device_capability() == (9, 0) else []))
+                      + (wgmma_configs(nt) if "wgmma" in kernels and torch.cuda.get_device_capability() == (9, 0) else [])
+                      + (candidate_configs(nt) if "candidates" in kernels else []))
+            if not isinstance(c, fp4_wgmma.Config) or torch.cuda.get_device_capability() == (9, 0)
             for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]
     built = build(jobs, capability)
     results = {"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -140,14 +157,17 @@ def main() -> None:
         exact = (xs.double() @ exact_w.double().transpose(-1, -2))
         bound = torch.finfo(torch.bfloat16).eps * exact.abs() + 2.0**-16 * exact.abs().amax()
         row = {"shape": name, "n": n, "k": k, "tokens": tokens, "bf16_ms": dense, "configs": []}
-        for (config, nt_, bias, ids), (run, info) in loaded.items():
+        if any(isinstance(job[0], fp4_wgmma.Config) and job[1] == nt for job in loaded):
+            row["mma_order_x_ms"] = gpu_time(lambda w: fp4_wgmma.mma_order_x(xs, nt), weight_args)
+        for ((config, nt_, bias, ids), (run, info)), dependent in itertools.product(loaded.items(), modes):
             if nt_ != nt or ids != (ids_list is not None):
                 continue
-            entry = {"kernel": kernel_of(config).__name__.rsplit(".", 1)[-1], **dataclasses.asdict(config), **info}
+            entry = {"kernel": kernel_of(config).__name__.rsplit(".", 1)[-1], **dataclasses.asdict(config), **info,
+                     "dependent": dependent}
             try:
-                def call(w, config=config, run=run):
+                def call(w, config=config, run=run, dependent=dependent):
                     data, scale, ids_ = w
-                    kernel_of(config).launch_loaded(run, config, xs, data, scale, ids_, None, out)
+                    kernel_of(config).launch_loaded(run, config, xs, data, scale, ids_, None, out, dependent)
                 out = torch.empty(xs.shape[0], xs.shape[1], n, dtype=torch.bfloat16, device=dev)
                 call(weight_args[0])
                 torch.cuda.synchronize()

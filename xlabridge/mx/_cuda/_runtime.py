@@ -165,8 +165,44 @@ class Kernel:
         return self.attribute(_LOCAL_BYTES)
 
     def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence, stream: int,
-                 shared: int = 0) -> None:
+                 shared: int = 0, dependent: bool = False) -> None:
         values = [ctypes.c_int(arg) if isinstance(arg, int) else ctypes.c_void_p(0 if arg is None else arg.data_ptr())
                   for arg in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+        if dependent and _dependent_launch():
+            config = _LaunchConfig(*grid, *block, shared, ctypes.c_void_p(stream), _DEPENDENT, 1)
+            _check(driver().cuLaunchKernelEx(ctypes.byref(config), self._function, pointers, None))
+            return
         _check(driver().cuLaunchKernel(self._function, *grid, *block, shared, ctypes.c_void_p(stream), pointers, None))
+
+
+# A dependent launch (programmatic dependent launch, compute capability 9.0 and the driver of CUDA
+# 12.3 or newer, stream capture included): the kernel's CTAs may start while the stream's previous
+# kernel finishes; its ``griddepcontrol.wait`` waits for that kernel's end and memory (a no-op when
+# launched plainly), so whatever it does before reads nothing another kernel may write.
+class _LaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("grid_x", ctypes.c_uint), ("grid_y", ctypes.c_uint), ("grid_z", ctypes.c_uint),
+                ("block_x", ctypes.c_uint), ("block_y", ctypes.c_uint), ("block_z", ctypes.c_uint),
+                ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p), ("attributes", ctypes.POINTER(_LaunchAttribute)),
+                ("count", ctypes.c_uint)]
+
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+_DEPENDENT = (_LaunchAttribute * 1)(_LaunchAttribute(_PROGRAMMATIC_STREAM_SERIALIZATION, b"",
+                                                     (1).to_bytes(4, "little") + bytes(60)))
+
+
+@functools.cache
+def _dependent_launch() -> bool:
+    """Whether the driver has ``cuLaunchKernelEx`` and launches dependently (CUDA 12.3's driver, for
+    stream capture too): else every launch is plain."""
+    version = ctypes.c_int()
+    _check(driver().cuDriverGetVersion(ctypes.byref(version)))
+    able = version.value >= 12030 and hasattr(driver(), "cuLaunchKernelEx")
+    if not able:
+        logger.info("CUDA driver %d: kernels launched without overlapping the previous one", version.value)
+    return able

@@ -121,3 +121,32 @@ template <int PENDING>
 __device__ __forceinline__ void copies_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
 }
+
+// Launched dependently (the host's `dependent`), a kernel's CTAs may start while the stream's
+// previous kernel finishes: before `after_previous_kernel` they read and write nothing that kernel
+// may touch; what they do there is bring their first weight bytes into L2 (a prefetch is no read:
+// L2 is where every write lands, so the loads after see the newest bytes). `let_next_kernel_start`,
+// once a CTA's loads are issued, lets the next dependent kernel's CTAs take the SMs as these finish.
+// Both are no-ops in a plain launch.
+__device__ __forceinline__ void after_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void let_next_kernel_start() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// `bytes` of a row of the weight from `p` into L2 (16-byte aligned runs; skipped otherwise).
+__device__ __forceinline__ void prefetch_l2(const void* p, u32 bytes) {
+    if (bytes && (((unsigned long long)p | bytes) & 15u) == 0)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void prefetch_line(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p) : "memory");
+}
+
+// Before `after_previous_kernel`, by one thread of a row's four: the first PREFETCH spans of
+// [first, last) of the weight's row (64 bytes a span) and the line of its scale bytes there.
+__device__ __forceinline__ void prefetch_row(const u8* row, const u8* scales, int first, int last) {
+    const int count = min(last - first, PREFETCH);
+    if (count > 0) {
+        prefetch_l2(row + 64 * (i64)first, 64u * (u32)count);
+        prefetch_line(scales + 4 * first);
+    }
+}

@@ -137,10 +137,23 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     const int g = lane >> 2, t = lane & 3;
     const int wn = warp % WN, wk = warp / WN;
     const int a = blockIdx.y;
-    const i64 e = HAS_IDS ? (i64)ids[a] : (i64)a;
     const int blocks = K >> 5;
     const int spans = (blocks + 3) >> 2;
     const int n0 = blockIdx.x * (16 * RT * WN) + wn * (16 * RT);
+    // Warp wk takes a contiguous range of spans.
+    const int per = (spans + WK - 1) / WK;
+    const int first = min(wk * per, spans), last = min(first + per, spans);
+    if (!HAS_IDS && t == 0) {  // the expert's id is another kernel's output
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const i64 n = min(n0 + 16 * r + g + 8 * h, N - 1);
+                prefetch_row(w + a * (i64)swe + n * swn, sc + a * (i64)sse + n * ssn, first, last);
+            }
+    }
+    after_previous_kernel();
+    const i64 e = HAS_IDS ? (i64)ids[a] : (i64)a;
 
     const u16* xa = x + (i64)a * sxa;
 
@@ -152,11 +165,9 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[r][j][i] = 0.0f;
 
-    // Warp wk takes a contiguous range of spans. Rows past N and tokens past M read row N - 1 and
-    // token M - 1 (their results are not written), so that only the one span that K ends inside
-    // (K % 128) needs its loads checked: there, a block past K reads as zeros, weight and x alike.
-    const int per = (spans + WK - 1) / WK;
-    const int first = min(wk * per, spans), last = min(first + per, spans);
+    // Rows past N and tokens past M read row N - 1 and token M - 1 (their results are not written),
+    // so that only the one span that K ends inside (K % 128) needs its loads checked: there, a block
+    // past K reads as zeros, weight and x alike.
     const int whole = blocks >> 2;  // spans whose four blocks all exist
     // This thread's block of the next span to load, per row; moved on as spans are loaded
     // (loop-carried, so not recomputed per span).
@@ -346,6 +357,8 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     }
 #endif
 #endif
+
+    let_next_kernel_start();
 
 #if WK > 1
     __shared__ float partial[WK - 1][WN][RT][NT][4][32];

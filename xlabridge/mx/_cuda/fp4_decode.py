@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from xlabridge.mx._cuda import _runtime
+from xlabridge.mx._cuda import _runtime, x_order
 
 SOURCE = Path(__file__).with_name("fp4_decode.cu")
 COMMON = Path(__file__).with_name("fp4_common.cuh")
@@ -126,12 +126,17 @@ def refusal(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch
     return None
 
 
+PREFETCH_SPANS = 2
+"""Spans of each row's range a CTA brings into L2 before the previous kernel's end (``fp4_common.cuh``'s
+``prefetch_row``): the first loads' latency spent while that kernel finishes."""
+
+
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe: int = 0) -> list[str]:
     macros = {"NT": nt, "RT": config.rt, "WN": config.wn, "WK": config.wk, "U": config.spans,
               "DB": int(config.double), "ASYNC": int(config.stages > 0), "S": max(config.stages, 2),
               "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired),
               "X_EARLY": int(not config.stages and nt <= 2), "PROBE": probe, "MINB": config.min_blocks,
-              "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "KERNEL": name}
+              "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": PREFETCH_SPANS, "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
@@ -178,7 +183,10 @@ def bias_kind(bias: torch.Tensor | None) -> int:
 def paired_x(x: torch.Tensor) -> torch.Tensor:
     """``x`` (``[A, M, K]``) as ``x_paired`` kernels read it: ``K`` padded with zeros to a multiple
     of 128 (a span); in each span, element ``32 t + 8 q + e`` (thread ``t``'s block, its chunk ``q``)
-    moved to ``32 q + 8 t + p``, with ``e`` = 0, 4, 1, 5, 2, 6, 3, 7 for ``p`` = 0 .. 7 (the MMA's pairs)."""
+    moved to ``32 q + 8 t + p``, with ``e`` = 0, 4, 1, 5, 2, 6, 3, 7 for ``p`` = 0 .. 7 (the MMA's pairs).
+    On a GPU, ``x_order``'s one launch (``x`` a kernel's operand)."""
+    if x.is_cuda:
+        return x_order.order(x, x_order.Layout.PAIRED)
     A, M, K = x.shape
     padded = -(-K // 128) * 128
     if padded != K:
@@ -199,8 +207,10 @@ def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Ten
 
 
 def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor,
-                  ids: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
-    """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build)."""
+                  ids: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor,
+                  dependent: bool = True) -> torch.Tensor:
+    """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build);
+    ``dependent``: launched to overlap the stream's previous kernel (``_runtime.Kernel``)."""
     A, M, K = x.shape
     N = data.shape[-2]
     if config.x_paired:  # each 8 elements as the MMA pairs them, each span's chunks in (q, t) order
@@ -208,5 +218,5 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
     run((-(-N // config.rows), A, 1), (config.threads, 1, 1),
         [x, data, scale, bias, ids, y, M, N, K, x.stride(0), x.stride(1), data.stride(0), data.stride(1),
          scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],
-        torch.cuda.current_stream(x.device).cuda_stream, config.ring_bytes(token_tiles(M)))
+        torch.cuda.current_stream(x.device).cuda_stream, config.ring_bytes(token_tiles(M)), dependent)
     return y

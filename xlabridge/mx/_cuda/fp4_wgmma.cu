@@ -7,7 +7,7 @@
 //
 // A CTA (WG warpgroups, 64 WG rows) takes the spans [z per, (z + 1) per) of K (z = blockIdx.z, a
 // split of K across CTAs that fills the SMs where N alone does not). x comes into shared memory span
-// by span, by one bulk copy (TMA) per span into a ring of four slots, counted in by mbarriers: the
+// by span, by one bulk copy (TMA) per span into a ring of SLOTS slots, counted in by mbarriers: the
 // host (`mma_order_x`) put each span's elements, tokens padded to 8 NT and K to whole spans with
 // zeros, in the layout the MMA's descriptors read without swizzling ("core matrices" of 8 tokens x 8
 // elements, 16 bytes a token), K permuted as the decoder pairs the weight: in a span's chunk
@@ -30,7 +30,7 @@
 // of a tile adds the partial sums in split order (the result does not depend on timing), writes y
 // and sets the count back to zero.
 //
-// Configuration macros (set by the host): NT, WG, S, MINB, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
+// Configuration macros (set by the host): NT, WG, S, SLOTS, MINB, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
 // HAS_IDS, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
 // operands spelled out) before this source.
 
@@ -124,13 +124,11 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     int N, int K, int per, int sxa, int swe, int swn, int sse, int ssn, int sya, int sym, int sbe) {
     extern __shared__ __align__(128) uint4 xs[];  // x's ring (SLOTS spans), then the weight's (S stages)
     constexpr int THREADS = WG * 128;
-    constexpr int SLOTS = 4;
     constexpr u32 CHUNK = 2 * NT * 128;  // bytes of x per K chunk of 16
     constexpr u32 SLOT = 8 * CHUNK;      // bytes of x per span
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int a = blockIdx.y, z = blockIdx.z, splits = gridDim.z;
-    const i64 e = HAS_IDS ? (i64)ids[a] : (i64)a;
     const int blocks = K >> 5;
     const int spans = (blocks + 3) >> 2;
     const int first = z * per, last = min(first + per, spans);
@@ -139,6 +137,15 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
 
     // This thread's rows: g and g + 8 of its warp's 16 (past N: row N - 1, not written).
     const int row = blockIdx.x * (64 * WG) + warp * 16 + g;
+    if (!HAS_IDS && t == 0) {  // the expert's id is another kernel's output
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const i64 n = min(row + 8 * h, N - 1);
+            prefetch_row(w + a * (i64)swe + n * swn, sc + a * (i64)sse + n * ssn, first, last);
+        }
+    }
+    after_previous_kernel();
+    const i64 e = HAS_IDS ? (i64)ids[a] : (i64)a;
     const u8* wp[2];
     const u8* sp[2];
 #pragma unroll
@@ -244,6 +251,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         for (int r = 0; r < 4; ++r) keep(av[c][r]);
 #pragma unroll
     for (int i = 0; i < NT * 4; ++i) keep(acc[i]);
+    let_next_kernel_start();
 
     u16* ya = y + (i64)a * sya;
     if (splits > 1) {

@@ -19,16 +19,17 @@ from pathlib import Path
 
 import torch
 
-from xlabridge.mx._cuda import _runtime, fp4_decode
+from xlabridge.mx._cuda import _runtime, fp4_decode, x_order
 from xlabridge.mx._cuda._counts import arrival_counts
 
 SOURCE = Path(__file__).with_name("fp4_wgmma.cu")
 SHARED_BYTES = 226 * 1024
 """The shared memory a CTA may take: a Hopper SM's 227 KiB for one CTA, less the kernel's own."""
-SLOTS = 4
-"""The kernel's ring of ``x``'s spans in shared memory."""
 SPAN_BYTES = 2048
 """Shared memory per span of 128 elements of ``K`` and per 8-token tile of ``x`` (bfloat16)."""
+SLOTS = 4
+"""The kernel's ring of ``x``'s spans in shared memory (``SLOTS - 1`` in flight). Two or three measured
+no faster: at 64 tokens the registers, not shared memory, bound the CTAs per SM."""
 _LOCK = threading.Lock()
 
 
@@ -107,8 +108,8 @@ def source(nt: int) -> str:
 
 
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str) -> list[str]:
-    macros = {"NT": nt, "WG": config.wg, "S": config.stages, "MINB": config.min_blocks, "HAS_BIAS": bias,
-              "HAS_IDS": int(has_ids), "KERNEL": name}
+    macros = {"NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": SLOTS, "MINB": config.min_blocks,
+              "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": fp4_decode.PREFETCH_SPANS, "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
@@ -165,7 +166,9 @@ def mma_order_x(x: torch.Tensor, nt: int) -> torch.Tensor:
     """``x`` (``[A, M, K]``) as the kernel copies it into shared memory (``[A, spans * nt * 1024]``):
     tokens padded with zeros to ``8 nt``, ``K`` to whole spans of 128; per span, in the order chunk
     ``c = 2q + h``, half ``d``, token tile, token, position ``2t + j``, the span's element
-    ``32t + 8q + 4j + 2h + d``."""
+    ``32t + 8q + 4j + 2h + d``. On a GPU, ``x_order``'s one launch (``x`` a kernel's operand)."""
+    if x.is_cuda:
+        return x_order.order(x, x_order.Layout.WGMMA, nt)
     A, M, K = x.shape
     spans = -(-K // 128)
     if K % 128:
@@ -190,8 +193,10 @@ def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Ten
 
 
 def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor,
-                  ids: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
-    """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build)."""
+                  ids: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor,
+                  dependent: bool = True) -> torch.Tensor:
+    """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build);
+    ``dependent``: launched to overlap the stream's previous kernel (``_runtime.Kernel``)."""
     A, M, K = x.shape
     N = data.shape[-2]
     nt = fp4_decode.token_tiles(M)
@@ -204,5 +209,5 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
     run((tiles, A, split), (config.threads, 1, 1),
         [x, data, scale, bias, ids, y, partial, counts, M, N, K, per, x.stride(0), data.stride(0), data.stride(1),
          scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],
-        torch.cuda.current_stream(x.device).cuda_stream, shared_bytes(config, nt))
+        torch.cuda.current_stream(x.device).cuda_stream, shared_bytes(config, nt), dependent)
     return y
