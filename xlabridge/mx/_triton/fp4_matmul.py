@@ -93,13 +93,16 @@ _D, _W = fp4_decode.Config, fp4_wgmma.Config
 DECODE: dict[int, tuple[Config, ...]] = {
     1: _decode(_D(1, 1, 8, 1, min_blocks=4), _D(1, 1, 16, 1, min_blocks=2), _D(2, 1, 4, 1, True), _D(2, 1, 4, 1),
                _D(2, 2, 4, 1, True)),
-    2: _decode(_D(2, 1, 8, 1), _D(2, 1, 16, 1), _D(2, 1, 4, 1), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True)),
-    4: _decode(_D(2, 1, 8, 4), _D(4, 1, 4, 1), _D(2, 1, 4, 4), _D(2, 1, 8, 1, True), _W(1, 4, 1, 1), _W(2, 4, 1, 2)),
-    8: _decode(_D(2, 1, 4, 1, True, x_paired=True), _D(2, 1, 4, 1, True), _W(1, 4, 1, 1), _W(1, 4, 1, 2), _W(1, 8, 1, 1)),
+    2: _decode(_D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 16, 1), _D(2, 1, 4, 1, x_paired=True),
+               _D(2, 1, 8, 1, True), _D(2, 1, 8, 1)),
+    4: _decode(_W(2, 4, 1, 1), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 8, 4),
+               _W(2, 4, 1, 2), _D(4, 1, 4, 1)),
+    8: _decode(_W(1, 4, 1, 1), _D(1, 2, 4, 1, True, x_paired=True), _D(2, 1, 4, 1, True, x_paired=True),
+               _W(1, 4, 1, 2), _D(1, 1, 4, 1, True, x_paired=True)),
 }
 """The CUDA decode kernels' candidates per number of 8-row token tiles, rounded up to a key here
-(3 takes 4's, 5 to 7 take 8's): the fastest of ``tools/bench/mx4_decode_sweep.py``'s sweeps over
-their configurations on the benchmark's shapes (``fp4_decode``'s; from 17 tokens ``fp4_wgmma``'s
+(3 takes 4's, 5 to 7 take 8's): the fewest configurations that come near the fastest on every shape
+of ``tools/bench/mx4_decode_sweep.py``'s sweeps (``fp4_decode``'s; from 17 tokens ``fp4_wgmma``'s
 too, on Hopper alone)."""
 DEFAULT = Config("triton", 64, 256, 4, 2, 2)
 INTERPRET = Config("triton", 16, 128, 4, 1, 1, 0)
