@@ -589,6 +589,70 @@ def _mx4_decode_sweep(data: dict) -> list[str]:
     ]
 
 
+def _fastest(row: dict, keep=lambda c: True) -> float | None:
+    """The fastest time among ``row``'s configurations within the bound that ``keep`` keeps."""
+    times = [c["ms"] for c in row["configs"] if c.get("within_bound") and "ms" in c and keep(c)]
+    return min(times) if times else None
+
+
+def _shape_of(row: dict) -> str:
+    return row["shape"] + (f" ({row['experts_read']} experts)" if "experts_read" in row else "")
+
+
+def _mx4_launch_sweep(data: dict) -> list[str]:
+    rows = []
+    for r in data["rows"]:
+        plain, dependent = _fastest(r, lambda c: not c["dependent"]), _fastest(r, lambda c: c["dependent"])
+        if plain is None or dependent is None:
+            continue
+        rows.append([_shape_of(r), r.get("token_count", r["tokens"]), _time(r["bf16_ms"]), _time(plain),
+                     _time(dependent), f"{1000 * (plain - dependent):.1f} µs"])
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}. The tuning's CUDA candidates (`fp4_matmul.DECODE`) on "
+        "each shape and token count, each launched plainly and launched to overlap the kernel before it "
+        "(programmatic dependent launch), timed as `mx4_linear.py` times them: CUDA-graph replays of one call after "
+        "another over weights rotated past L2, so that the kernel before each is the call before. The fastest "
+        "candidate each way, and what the dependent launch saves:",
+        "",
+        *_table(["shape", "tokens", "bf16", "plain", "dependent", "saved"], rows),
+    ]
+
+
+def _mx4_wgmma_variants(data: dict) -> list[str]:
+    rows = []
+    for r in data["rows"]:
+        cells = [_fastest(r, lambda c: not c["halves"]), _fastest(r, lambda c: c["halves"])]
+        cells += [_fastest(r, lambda c, n=n: c["slots"] == n) for n in (2, 3, 4)]
+        if cells[0] is None:
+            continue
+        rows.append([_shape_of(r), r.get("token_count", r["tokens"]), _time(r["bf16_ms"])]
+                    + [_time(c) if c is not None else "-" for c in cells])
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}; {data['note']}. The fastest configuration with each "
+        "span's MMAs in one group and in two, and with each ring of `x` (two or three slots only up to 32 tokens):",
+        "",
+        *_table(["shape", "tokens", "bf16", "one group", "two groups", "2 slots", "3 slots", "4 slots"], rows),
+    ]
+
+
+def _mx4_prefetch_sweep(data: dict) -> list[str]:
+    spans = sorted(data["runs"], key=int)
+    first = data["runs"][spans[0]]
+    rows = []
+    for i, r in enumerate(first["rows"]):
+        cells = [_fastest(data["runs"][n]["rows"][i]) for n in spans]
+        best = min(c for c in cells if c is not None)
+        rows.append([_shape_of(r), r.get("token_count", r["tokens"]), _time(r["bf16_ms"])]
+                    + [(f"**{_time(c)}**" if c == best else _time(c)) if c is not None else "-" for c in cells])
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}; {data['note']}. The tuning's CUDA candidates, launched "
+        "dependently, with each CTA bringing the first n spans of its weight rows into L2 before the kernel before "
+        "it ends (`PREFETCH_SPANS`; 0: none), the fastest candidate per value (bold: the fastest of the row):",
+        "",
+        *_table(["shape", "tokens", "bf16", *(f"n = {n}" for n in spans)], rows),
+    ]
+
+
 def _mx4_decode_probe(data: dict) -> list[str]:
     names = list(data["rows"][0]["variants"]) if data["rows"] else []
     labels = sorted({n.split(" / ")[0] for n in names}, key=[n.split(" / ")[0] for n in names].index)
@@ -738,8 +802,8 @@ BENCHMARKS = (
               "The MXFP4 linear (weight kept MXFP4 in HBM, dequantized in the kernel) against bf16 `linear` at decode "
               "shapes, 1 to 64 tokens.", _mx4_linear),
     Benchmark("mx4_linear_h200.json", "tools/bench/mx4_linear.py", "The fused MXFP4 linear on an H200",
-              "The same benchmark on the H200 the device machine lent, with the decode kernel's addresses set once a "
-              "thread and its candidates from the H200 sweep.", _mx4_linear),
+              "The same benchmark on the H200 the device machine lent: both CUDA kernels launched to overlap the "
+              "kernel before them, x ordered by a launch of its own, the candidates from the H200 sweeps.", _mx4_linear),
     Benchmark("mx4_decode_sweep.json", "tools/bench/mx4_decode_sweep.py --tokens 1,16", "The CUDA decode kernel's sweep",
               "Every configuration of an earlier build of the CUDA MXFP4 decode kernel (addresses recomputed each span) "
               "on the H100, at 1 and 16 tokens.", _mx4_decode_sweep),
@@ -750,6 +814,23 @@ BENCHMARKS = (
               "The CUDA warpgroup kernel's sweep on an H200",
               "Every configuration of the warpgroup-MMA decode kernel (x through shared memory by bulk copies) on the "
               "H200; its candidates for 17 to 64 tokens come from it.", _mx4_decode_sweep),
+    Benchmark("mx4_decode_sweep_16_64_h200.json", "tools/bench/mx4_decode_sweep.py --kernels decode --tokens 16,32,64",
+              "The CUDA decode kernel's sweep from 16 tokens, x ordered by its own launch",
+              "Every configuration of the decode kernel at 16 to 64 tokens on the H200, launched dependently, x put in "
+              "pair order by `x_order.cu` where a configuration takes it so: the candidates from 9 tokens come from it "
+              "and the warpgroup kernel's sweep.", _mx4_decode_sweep),
+    Benchmark("mx4_wgmma_variants_h200.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma --tokens 16,32,64",
+              "Two variants of the warpgroup kernel that were not kept",
+              "Each span's MMAs in two groups (one half of the span decoded while the other's MMAs run) and shorter "
+              "rings of x, against the kernel as kept.", _mx4_wgmma_variants),
+    Benchmark("mx4_launch_sweep_h200.json", "tools/bench/mx4_decode_sweep.py --kernels candidates --launch both",
+              "The CUDA kernels launched plainly and dependently",
+              "What overlapping each launch with the kernel before it saves, on the tuning's candidates.",
+              _mx4_launch_sweep),
+    Benchmark("mx4_prefetch_sweep_h200.json", "tools/bench/mx4_decode_sweep.py --kernels candidates --prefetch n",
+              "How much weight to bring into L2 before the kernel before ends",
+              "The tuning's candidates with 0, 1, 2 and 4 spans of each row prefetched: `PREFETCH_SPANS` is taken "
+              "from it.", _mx4_prefetch_sweep),
     Benchmark("mx4_decode_probe.json", "tools/bench/mx4_decode_probe.py", "Where the CUDA decode kernel's time goes",
               "Loads and arithmetic of the decode kernel timed apart.", _mx4_decode_probe),
     Benchmark("mx4_sweep.json", "tools/bench/mx4_sweep.py", "The MXFP4 kernels' configuration sweep",
