@@ -189,7 +189,7 @@ class Kernel:
 # kernel finishes; its ``griddepcontrol.wait`` waits for that kernel's end and memory (a no-op when
 # launched plainly), so whatever it does before reads nothing another kernel may write.
 class _LaunchAttribute(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
+    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_uint), ("value", ctypes.c_uint * 16)]
 
 
 class _LaunchConfig(ctypes.Structure):
@@ -205,8 +205,7 @@ _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREA
 
 def _attribute(code: int, *values: int) -> _LaunchAttribute:
     """A launch attribute whose value is ``values`` as consecutive unsigned ints."""
-    value = b"".join(v.to_bytes(4, "little") for v in values)
-    return _LaunchAttribute(code, b"", value + bytes(64 - len(value)))
+    return _LaunchAttribute(code, 0, (ctypes.c_uint * 16)(*values))
 
 
 @functools.cache
