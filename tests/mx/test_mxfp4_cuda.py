@@ -107,7 +107,6 @@ def test_mma_order_x_puts_each_element_where_the_kernel_s_descriptors_read_it(de
     ({"per_sm": 1.5}, "per_sm must be a positive int"),
     ({"stages": 1}, "stages must be at least 2"),
     ({"wg": 4, "stages": 12}, "must leave room"),
-    ({"cluster": 3}, "cluster must be 1, 2 or 4"),
 ])
 def test_bad_warpgroup_configurations_say_which_field_and_what_was_expected(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -173,26 +172,21 @@ def test_each_candidate_against_the_spec_with_extreme_scales(key, config):
 
 @pytest.mark.skipif(not WARPGROUP,
                     reason="needs a Hopper GPU (compute capability 9.0: the warpgroup MMA; the device machine)")
-@pytest.mark.parametrize("wg, stages, nt, blocks, per_sm, cluster",
-                         [(1, 4, 1, 61, 2, 1), (2, 8, 2, 61, 8, 1), (1, 2, 3, 4, 1, 1), (2, 4, 8, 61, 4, 1),
-                          (1, 8, 8, 5, 1, 1), (1, 4, 8, 61, 2, 2), (1, 2, 2, 61, 1, 4), (2, 4, 3, 5, 1, 2),
-                          (1, 4, 8, 4, 1, 4)],
-                         ids=["n8-split", "n16-two-warpgroups-split", "n24-one-span", "n64-split", "n64-two-spans",
-                              "n64-cluster-2-split", "n16-cluster-4-split", "n24-two-warpgroups-cluster-2-two-spans",
-                              "n64-cluster-4-one-span"])
-def test_the_warpgroup_kernel_against_the_spec_split_and_not(wg, stages, nt, blocks, per_sm, cluster):
+@pytest.mark.parametrize("wg, stages, nt, blocks, per_sm",
+                         [(1, 4, 1, 61, 2), (2, 8, 2, 61, 8), (1, 2, 3, 4, 1), (2, 4, 8, 61, 4), (1, 8, 8, 5, 1)],
+                         ids=["n8-split", "n16-two-warpgroups-split", "n24-one-span", "n64-split", "n64-two-spans"])
+def test_the_warpgroup_kernel_against_the_spec_split_and_not(wg, stages, nt, blocks, per_sm):
     """The warpgroup kernel at ``8 nt - 3`` rows (a partial token tile), K cut to ``blocks`` blocks
     (61: sixteen spans, the last of one block; 5: two spans, the second of one block: both split across
-    CTAs at this N; 4: one span, not split), with expert ids and a bias, x shared by clusters of 1, 2
-    or 4 CTAs (the last padded with CTAs past N); run twice, so that the split's arrival counts are
-    seen back at zero, and the two results bitwise equal (a fixed order of sums)."""
+    CTAs at this N; 4: one span, not split), with expert ids and a bias; run twice, so that the split's
+    arrival counts are seen back at zero, and the two results bitwise equal (a fixed order of sums)."""
     rows = 8 * nt - 3
     x, data, scale, ids = _operands(rows, 500 + nt)
     x, data, scale = x[..., :32 * blocks], data[..., :16 * blocks].contiguous(), scale[..., :blocks].contiguous()
     bias = torch.randn(3, 200, generator=torch.Generator().manual_seed(nt)).to(torch.bfloat16 if nt % 2 else torch.float32)
-    config = fp4_wgmma.Config(wg, stages, per_sm, cluster=cluster)
+    config = fp4_wgmma.Config(wg, stages, per_sm)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    split, _ = fp4_wgmma.splits(config, 2 * -(-200 // (config.rows * cluster)) * cluster, 32 * blocks, sms)
+    split, _ = fp4_wgmma.splits(config, 2 * -(-200 // config.rows), 32 * blocks, sms)
     assert (split > 1) == (blocks > 4)
     args = (x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), bias.cuda())
     assert fp4_wgmma.refusal(*args) is None
@@ -256,8 +250,8 @@ def test_under_a_cuda_graph_the_launch_is_captured_and_replayed():
 
 
 @requires_hopper
-@pytest.mark.parametrize("key, config", [(1, fp4_matmul.DECODE[1][0].decode), (8, fp4_wgmma.Config(1, 4, 8, cluster=2)),
-                                         (2, fp4_wgmma.Config(1, 4, 2))], ids=["decode", "warpgroup-cluster-split", "warpgroup-n16"])
+@pytest.mark.parametrize("key, config", [(1, fp4_matmul.DECODE[1][0].decode), (8, fp4_wgmma.Config(1, 4, 8)),
+                                         (2, fp4_wgmma.Config(1, 4, 2))], ids=["decode", "warpgroup-split", "warpgroup-n16"])
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_a_dependent_launch_reads_what_the_kernel_just_before_wrote(key, config, graph):
     """Launched to overlap the previous kernel, a kernel must still see that kernel's writes: each of
@@ -322,3 +316,16 @@ def test_paired_x_puts_each_element_where_the_kernel_s_loads_take_it(device, tok
 def test_x_order_says_when_x_has_more_rows_than_its_token_tiles():
     with pytest.raises(ValueError, match=r"x_order.order: x has 9 rows, more than nt=1 tiles of 8"):
         x_order.order(torch.zeros(1, 9, 32, dtype=torch.bfloat16), x_order.Layout.WGMMA, 1)
+
+
+def test_the_dependent_launch_attribute_is_laid_out_as_the_driver_reads_it():
+    """``CUlaunchAttribute`` and ``CUlaunchConfig`` as cuda.h lays them out on x86-64: the id, 4 bytes
+    of padding, a 64-byte value (here the int 1); seven uints, the stream at 32, the attributes at 40,
+    their count at 48, 56 bytes in all."""
+    import ctypes
+    import struct
+
+    assert bytes(_runtime._DEPENDENT[0]) == struct.pack("<III", 6, 0, 1) + bytes(60)
+    assert ctypes.sizeof(_runtime._LaunchConfig) == 56
+    assert (_runtime._LaunchConfig.stream.offset, _runtime._LaunchConfig.attributes.offset,
+            _runtime._LaunchConfig.count.offset) == (32, 40, 48)

@@ -58,10 +58,9 @@ def decode_configs(nt: int) -> list[fp4_decode.Config]:
 
 def wgmma_configs(nt: int) -> list[fp4_wgmma.Config]:
     """The warpgroup kernel's: one or two warpgroups a CTA, the weight's ring of 4 or 8 stages, split-K
-    aimed at 1 to 4 CTAs per SM, the register budget cut for two CTAs per SM or not, ``x`` shared by
-    clusters of 1, 2 or 4 CTAs."""
-    return [fp4_wgmma.Config(wg, stages, per_sm, blocks, cluster) for wg in (1, 2) for stages in (4, 8)
-            for per_sm in (1, 2, 4) for blocks in (1, 2) for cluster in (1, 2, 4)]
+    aimed at 1 to 8 CTAs per SM, the register budget cut for two or four CTAs per SM (warpgroups) or not."""
+    return [fp4_wgmma.Config(wg, stages, per_sm, blocks) for wg in (1, 2) for stages in (4, 8) for per_sm in (1, 2, 4, 8)
+            for blocks in ((1, 2, 4) if wg == 1 else (1, 2))]
 
 
 def candidate_configs(nt: int) -> list:

@@ -635,6 +635,22 @@ def _mx4_wgmma_variants(data: dict) -> list[str]:
     ]
 
 
+def _mx4_wgmma_cluster(data: dict) -> list[str]:
+    rows = []
+    for r in data["rows"]:
+        cells = [_fastest(r, lambda c, n=n: c["cluster"] == n) for n in (1, 2, 4)]
+        if cells[0] is None:
+            continue
+        rows.append([_shape_of(r), r.get("token_count", r["tokens"]), _time(r["bf16_ms"])]
+                    + [_time(c) if c is not None else "-" for c in cells])
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}; {data['note']}. The fastest configuration per "
+        "cluster size (1: no cluster, the kernel as kept):",
+        "",
+        *_table(["shape", "tokens", "bf16", "1 CTA", "2 CTAs", "4 CTAs"], rows),
+    ]
+
+
 def _mx4_prefetch_sweep(data: dict) -> list[str]:
     spans = sorted(data["runs"], key=int)
     first = data["runs"][spans[0]]
@@ -804,6 +820,9 @@ BENCHMARKS = (
     Benchmark("mx4_linear_h200.json", "tools/bench/mx4_linear.py", "The fused MXFP4 linear on an H200",
               "The same benchmark on the H200 the device machine lent: both CUDA kernels launched to overlap the "
               "kernel before them, x ordered by a launch of its own, the candidates from the H200 sweeps.", _mx4_linear),
+    Benchmark("mx4_linear_h200_rerun.json", "tools/bench/mx4_linear.py", "The same benchmark again on another H200",
+              "The benchmark run again on another H200 the device machine lent, the code the same but for the "
+              "warpgroup kernel's cluster candidates (timed, never chosen): how far two runs differ.", _mx4_linear),
     Benchmark("mx4_decode_sweep.json", "tools/bench/mx4_decode_sweep.py --tokens 1,16", "The CUDA decode kernel's sweep",
               "Every configuration of an earlier build of the CUDA MXFP4 decode kernel (addresses recomputed each span) "
               "on the H100, at 1 and 16 tokens.", _mx4_decode_sweep),
@@ -823,6 +842,10 @@ BENCHMARKS = (
               "Two variants of the warpgroup kernel that were not kept",
               "Each span's MMAs in two groups (one half of the span decoded while the other's MMAs run) and shorter "
               "rings of x, against the kernel as kept.", _mx4_wgmma_variants),
+    Benchmark("mx4_wgmma_cluster_h200.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma --tokens 16,32,64",
+              "x shared by a cluster of CTAs: not kept",
+              "The warpgroup kernel with x multicast to a thread block cluster of 2 or 4 row tiles, so that each span "
+              "is read from L2 once per cluster, against the kernel as kept.", _mx4_wgmma_cluster),
     Benchmark("mx4_launch_sweep_h200.json", "tools/bench/mx4_decode_sweep.py --kernels candidates --launch both",
               "The CUDA kernels launched plainly and dependently",
               "What overlapping each launch with the kernel before it saves, on the tuning's candidates.",

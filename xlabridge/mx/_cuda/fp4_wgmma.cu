@@ -30,7 +30,7 @@
 // of a tile adds the partial sums in split order (the result does not depend on timing), writes y
 // and sets the count back to zero.
 //
-// Configuration macros (set by the host): NT, WG, S, SLOTS, CLUSTER, MINB, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
+// Configuration macros (set by the host): NT, WG, S, SLOTS, MINB, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
 // HAS_IDS, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
 // operands spelled out) before this source.
 
@@ -47,8 +47,8 @@ __device__ __forceinline__ void keep(u32& v) { asm volatile("" : "+r"(v)::"memor
 
 // The mbarriers that count x's bulk copies in: one arrival (the copying thread's, with the bytes to
 // expect), then the copy's bytes.
-__device__ __forceinline__ void barrier_init(u32 bar, u32 count = 1) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+__device__ __forceinline__ void barrier_init(u32 bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
     asm volatile(
@@ -56,34 +56,6 @@ __device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%3], %1, [%2];"
         ::"r"(dst), "r"(bytes), "r"(bar), "l"(src) : "memory");
 }
-#if CLUSTER > 1
-// A cluster's CTAs (CLUSTER row tiles over the same spans of K) share x: each CTA copies 1/CLUSTER
-// of every span into the slot of every CTA of the cluster (one multicast bulk copy), and expects
-// the whole span on its own mbarrier. A slot is copied into again once every CTA of the cluster has
-// said it is done with it, by an arrival on each CTA's `empty` mbarrier of that slot.
-__device__ __forceinline__ void expect_bytes(u32 bar, u32 bytes) {
-    asm volatile("{ .reg .b64 state; mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1; }"
-                 ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_copy_to_cluster(u32 dst, const void* src, u32 bytes, u32 bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
-        ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "h"((u16)((1u << CLUSTER) - 1u)) : "memory");
-}
-__device__ __forceinline__ void arrive_in_cta(u32 bar, u32 rank) {  // the same mbarrier in CTA `rank`
-    asm volatile("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1;\n"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }" ::"r"(bar), "r"(rank) : "memory");
-}
-__device__ __forceinline__ u32 cluster_rank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-#endif
-
 __device__ __forceinline__ void barrier_wait(u32 bar, u32 parity) {
     u32 done = 0;
     while (!done)
@@ -211,46 +183,16 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     __shared__ __align__(8) unsigned long long arrived[SLOTS];
     const u32 bars = shared_address(arrived);
     const u16* xa = x + (i64)a * sxa;
-#if CLUSTER > 1
-    __shared__ __align__(8) unsigned long long emptied[SLOTS];
-    const u32 empties = shared_address(emptied);
-    const u32 rank = cluster_rank();
-    constexpr u32 PART = SLOT / CLUSTER;
-    // Span `at` into its slot: this CTA's part of it, once every CTA of the cluster is done with the
-    // slot (its span SLOTS before); the slot's mbarrier told to expect the whole span.
-    auto issue_x = [&](int at) {
-        if (threadIdx.x == 0 && at < last) {
-            const int i = at - first, j = i % SLOTS;
-            expect_bytes(bars + 8 * j, SLOT);
-            if (i >= SLOTS) barrier_wait(empties + 8 * j, (i / SLOTS - 1) & 1);
-            bulk_copy_to_cluster(base + (u32)j * SLOT + rank * PART, (const u8*)(xa + (i64)at * (SLOT / 2)) + rank * PART,
-                                 PART, bars + 8 * j);
-        }
-    };
-    // This CTA is done with span `at`'s slot (its MMAs done in every warpgroup): said to every CTA
-    // of the cluster, where a span will be copied into it again.
-    auto release_x = [&](int at) {
-        if (threadIdx.x < CLUSTER && at >= first && at + SLOTS < last)
-            arrive_in_cta(empties + 8 * ((at - first) % SLOTS), threadIdx.x);
-    };
-    if (threadIdx.x == 0) {
-        for (int j = 0; j < SLOTS; ++j) barrier_init(bars + 8 * j), barrier_init(empties + 8 * j, CLUSTER);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    cluster_sync();  // every CTA's mbarriers set up before any copy lands in it
-#else
     auto issue_x = [&](int at) {
         if (threadIdx.x == 0 && at < last)
             bulk_copy(base + (u32)((at - first) % SLOTS) * SLOT, xa + (i64)at * (SLOT / 2), SLOT,
                       bars + 8 * ((at - first) % SLOTS));
     };
-    auto release_x = [](int) {};
     if (threadIdx.x == 0) {
         for (int j = 0; j < SLOTS; ++j) barrier_init(bars + 8 * j);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-#endif
 
     float acc[NT * 4];
 #pragma unroll
@@ -278,7 +220,6 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
 #pragma unroll
             for (int r = 0; r < 4; ++r) keep(av[c][r]);
         if (WG > 1) __syncthreads();
-        release_x(at - 1);
         issue_x(at + SLOTS - 1);
         copies_wait<S - 2>();
         u32 wv[2][4];
@@ -311,9 +252,6 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
 #pragma unroll
     for (int i = 0; i < NT * 4; ++i) keep(acc[i]);
     let_next_kernel_start();
-#if CLUSTER > 1
-    cluster_sync();  // no CTA leaves while another's copies may still land in it
-#endif
 
     u16* ya = y + (i64)a * sya;
     if (splits > 1) {

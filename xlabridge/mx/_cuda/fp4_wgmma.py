@@ -39,26 +39,20 @@ class Config:
     each, sharing the CTA's copy of ``x``); ``stages``: the ring the weight streams through in shared
     memory (``stages - 1`` spans of 128 elements of ``K`` in flight); ``per_sm``: the CTAs per SM
     that split-K aims at (``K`` is split across CTAs until the grid has that many, or each split has
-    one span); ``min_blocks``: CTAs per SM the register budget is cut for; ``cluster``: CTAs of
-    neighbouring row tiles that share each span of ``x`` (1, 2 or 4: a thread block cluster, each CTA
-    copying its share of the span into all of them), so that ``x`` is read from L2 that many times
-    fewer."""
+    one span); ``min_blocks``: CTAs per SM the register budget is cut for."""
 
     wg: int = 1
     stages: int = 4
     per_sm: int = 2
     min_blocks: int = 1
-    cluster: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("wg", "stages", "per_sm", "min_blocks", "cluster"):
+        for name in ("wg", "stages", "per_sm", "min_blocks"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"fp4_wgmma.Config: {name} must be a positive int, got {value!r}")
         if self.wg > 4:
             raise ValueError(f"fp4_wgmma.Config: wg must be at most 4 (512 threads), got {self.wg!r}")
-        if self.cluster not in (1, 2, 4):
-            raise ValueError(f"fp4_wgmma.Config: cluster must be 1, 2 or 4, got {self.cluster!r}")
         if self.stages < 2:
             raise ValueError(f"fp4_wgmma.Config: stages must be at least 2 (one span in flight), got {self.stages!r}")
         if ring_bytes(self) > SHARED_BYTES - SLOTS * 8 * SPAN_BYTES:
@@ -114,13 +108,13 @@ def source(nt: int) -> str:
 
 
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str) -> list[str]:
-    macros = {"NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": SLOTS, "CLUSTER": config.cluster, "MINB": config.min_blocks,
+    macros = {"NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": SLOTS, "MINB": config.min_blocks,
               "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": fp4_decode.PREFETCH_SPANS, "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
 def _name(config: Config, nt: int, bias: int, has_ids: bool) -> str:
-    return f"mxfp4_wgmma_n{nt}_g{config.wg}_s{config.stages}_c{config.cluster}_b{config.min_blocks}_{bias}{int(has_ids)}"
+    return f"mxfp4_wgmma_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}_{bias}{int(has_ids)}"
 
 
 def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True) -> bytes:
@@ -206,7 +200,7 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
     A, M, K = x.shape
     N = data.shape[-2]
     nt = fp4_decode.token_tiles(M)
-    tiles = -(-N // (config.rows * config.cluster)) * config.cluster  # whole clusters (past N: not written)
+    tiles = -(-N // config.rows)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     split, per = splits(config, tiles * A, K, sms)
     x = mma_order_x(x, nt)
@@ -215,5 +209,5 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
     run((tiles, A, split), (config.threads, 1, 1),
         [x, data, scale, bias, ids, y, partial, counts, M, N, K, per, x.stride(0), data.stride(0), data.stride(1),
          scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],
-        torch.cuda.current_stream(x.device).cuda_stream, shared_bytes(config, nt), dependent, config.cluster)
+        torch.cuda.current_stream(x.device).cuda_stream, shared_bytes(config, nt), dependent)
     return y

@@ -96,10 +96,9 @@ DECODE: dict[int, tuple[Config, ...]] = {
     2: _decode(_D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 16, 1), _D(2, 1, 4, 1, x_paired=True),
                _D(2, 1, 8, 1, True), _D(2, 1, 8, 1)),
     4: _decode(_W(2, 4, 1, 1), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 8, 4),
-               _W(2, 4, 1, 2), _D(4, 1, 4, 1), _W(1, 4, 1, 1, 2), _W(1, 4, 2, 1, 4)),
+               _W(2, 4, 1, 2), _D(4, 1, 4, 1)),
     8: _decode(_W(1, 4, 1, 1), _D(1, 2, 4, 1, True, x_paired=True), _D(2, 1, 4, 1, True, x_paired=True),
-               _W(1, 4, 1, 2), _D(1, 1, 4, 1, True, x_paired=True), _W(1, 4, 1, 1, 2), _W(1, 4, 1, 1, 4),
-               _W(1, 4, 2, 1, 4)),
+               _W(1, 4, 1, 2), _D(1, 1, 4, 1, True, x_paired=True)),
 }
 """The CUDA decode kernels' candidates per number of 8-row token tiles, rounded up to a key here
 (3 takes 4's, 5 to 7 take 8's): the fewest configurations that come near the fastest on every shape
