@@ -28,8 +28,9 @@ SHARED_BYTES = 226 * 1024
 SPAN_BYTES = 2048
 """Shared memory per span of 128 elements of ``K`` and per 8-token tile of ``x`` (bfloat16)."""
 SLOTS = 4
-"""The kernel's ring of ``x``'s spans in shared memory (``SLOTS - 1`` in flight). Two or three measured
-no faster: at 64 tokens the registers, not shared memory, bound the CTAs per SM."""
+"""The kernel's ring of ``x``'s spans in shared memory (``SLOTS - 1`` in flight). Two or three were no
+faster (``tools/bench/results/mx4_wgmma_variants_h200.json``): at 64 tokens the registers, not shared
+memory, bound the CTAs per SM."""
 _LOCK = threading.Lock()
 
 
