@@ -18,10 +18,9 @@ from pathlib import Path
 
 import torch
 
-from xlabridge.mx._cuda import _runtime, x_order
+from xlabridge.mx._cuda import COMMON, _runtime, x_order
 
 SOURCE = Path(__file__).with_name("fp4_decode.cu")
-COMMON = Path(__file__).with_name("fp4_common.cuh")
 """What both decode kernels share (loads, the E2M1 decoder), put before each one's source."""
 MAX_ROWS = 64
 """The most rows of ``x`` (tokens) a launch takes: eight tiles of 8, the MMA's ``n`` side."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from xlabridge.mx._cuda import _runtime, fp4_decode, x_order
+from xlabridge.mx._cuda import COMMON, _runtime, fp4_decode, x_order
 from xlabridge.mx._cuda._counts import arrival_counts
 
 SOURCE = Path(__file__).with_name("fp4_wgmma.cu")
@@ -105,7 +105,7 @@ __device__ __forceinline__ void wgmma_chunk(float (&d)[{acc}], u32 a0, u32 a1, u
 
 def source(nt: int) -> str:
     """The kernel's CUDA C++ for ``nt`` token tiles."""
-    return fp4_decode.COMMON.read_text() + _wgmma_chunk(nt) + "\n" + SOURCE.read_text()
+    return COMMON.read_text() + _wgmma_chunk(nt) + "\n" + SOURCE.read_text()
 
 
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str) -> list[str]:

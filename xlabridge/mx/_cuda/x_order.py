@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from xlabridge.mx._cuda import _runtime
+from xlabridge.mx._cuda import COMMON, _runtime
 
 SOURCE = Path(__file__).with_name("x_order.cu")
 _LOCK = threading.Lock()
@@ -34,8 +34,6 @@ def _name(layout: Layout) -> str:
 
 def binary(layout: Layout, capability: tuple[int, int], cached: bool = True) -> bytes:
     """The kernel's binary for ``sm_<capability>``: from ``_runtime``'s disk cache or NVRTC (``cached``)."""
-    from xlabridge.mx._cuda.fp4_decode import COMMON  # which imports this module
-
     name = _name(layout)
     build = _runtime.cached_cubin if cached else _runtime.compile_cubin
     options = [f"-DLAYOUT={int(layout)}", f"-DKERNEL={name}", "-DPREFETCH=0"]
