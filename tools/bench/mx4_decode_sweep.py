@@ -127,9 +127,9 @@ def main() -> None:
     kernels = args.kernels.split(",")
     jobs = [(c, nt, 0, ids) for nt in nts
             for c in ((decode_configs(nt) if "decode" in kernels else [])[::args.every]
-                      + (wgmma_configs(nt) if "wgmma" in kernels and torch.cuda.get_device_capability() == (9, 0) else [])
+                      + (wgmma_configs(nt) if "wgmma" in kernels else [])
                       + (candidate_configs(nt) if "candidates" in kernels else []))
-            if not isinstance(c, fp4_wgmma.Config) or torch.cuda.get_device_capability() == (9, 0)
+            if not isinstance(c, fp4_wgmma.Config) or fp4_wgmma.available(dev)
             for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]
     built = build(jobs, capability)
     results = {"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(), "torch": torch.__version__,

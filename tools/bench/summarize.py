@@ -618,15 +618,21 @@ def _mx4_launch_sweep(data: dict) -> list[str]:
     ]
 
 
-def _mx4_wgmma_variants(data: dict) -> list[str]:
+def _fastest_rows(data: dict, keeps: list) -> list[list[object]]:
+    """Per row of a sweep with a configuration that ``keeps[0]`` keeps: shape, tokens, bf16's time, and
+    the fastest time among the configurations each of ``keeps`` keeps ("-": none)."""
     rows = []
     for r in data["rows"]:
-        cells = [_fastest(r, lambda c: not c["halves"]), _fastest(r, lambda c: c["halves"])]
-        cells += [_fastest(r, lambda c, n=n: c["slots"] == n) for n in (2, 3, 4)]
-        if cells[0] is None:
-            continue
-        rows.append([_shape_of(r), r.get("token_count", r["tokens"]), _time(r["bf16_ms"])]
-                    + [_time(c) if c is not None else "-" for c in cells])
+        cells = [_fastest(r, keep) for keep in keeps]
+        if cells[0] is not None:
+            rows.append([_shape_of(r), r.get("token_count", r["tokens"]), _time(r["bf16_ms"])]
+                        + [_time(c) if c is not None else "-" for c in cells])
+    return rows
+
+
+def _mx4_wgmma_variants(data: dict) -> list[str]:
+    rows = _fastest_rows(data, [lambda c: not c["halves"], lambda c: c["halves"],
+                                *(lambda c, n=n: c["slots"] == n for n in (2, 3, 4))])
     return [
         f"Ran on an {data['device']}; torch {data['torch']}; {data['note']}. The fastest configuration with each "
         "span's MMAs in one group and in two, and with each ring of `x` (two or three slots only up to 32 tokens):",
@@ -636,13 +642,7 @@ def _mx4_wgmma_variants(data: dict) -> list[str]:
 
 
 def _mx4_wgmma_cluster(data: dict) -> list[str]:
-    rows = []
-    for r in data["rows"]:
-        cells = [_fastest(r, lambda c, n=n: c["cluster"] == n) for n in (1, 2, 4)]
-        if cells[0] is None:
-            continue
-        rows.append([_shape_of(r), r.get("token_count", r["tokens"]), _time(r["bf16_ms"])]
-                    + [_time(c) if c is not None else "-" for c in cells])
+    rows = _fastest_rows(data, [lambda c, n=n: c["cluster"] == n for n in (1, 2, 4)])
     return [
         f"Ran on an {data['device']}; torch {data['torch']}; {data['note']}. The fastest configuration per "
         "cluster size (1: no cluster, the kernel as kept):",

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from xlabridge import _env
@@ -174,6 +174,20 @@ class Kernel:
             _check(driver().cuLaunchKernelEx(ctypes.byref(config), self._function, pointers, None))
             return
         _check(driver().cuLaunchKernel(self._function, *grid, *block, shared, ctypes.c_void_p(stream), pointers, None))
+
+
+_LOADING = threading.Lock()
+
+
+def on_device(device_index: int, load: Callable[[], Kernel]) -> Kernel:
+    """``load()`` (a ``Kernel`` made) with torch's context of that device current on this thread, one
+    load at a time."""
+    import torch
+
+    device = torch.device("cuda", device_index)
+    with _LOADING, torch.cuda.device(device):
+        torch.cuda.current_stream(device)  # torch's context made current on this thread
+        return load()
 
 
 # A dependent launch (programmatic dependent launch, compute capability 9.0 and the driver of CUDA

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 from pathlib import Path
 
 import torch
@@ -27,7 +26,6 @@ MAX_ROWS = 64
 BIAS_KINDS = {torch.bfloat16: 1, torch.float32: 2}
 """The bias dtypes the kernel reads (its ``HAS_BIAS``; 0 is none)."""
 _INT32 = 2**31 - 1
-_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,11 +166,8 @@ def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, probe: 
 @functools.cache
 def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int) -> _runtime.Kernel:
     """The kernel loaded on that device (its ``registers`` and ``local_bytes`` are the driver's)."""
-    device = torch.device("cuda", device_index)
-    code = binary(config, nt, bias, has_ids, compute_capability(device))
-    with _LOCK, torch.cuda.device(device):
-        torch.cuda.current_stream(device)  # torch's context made current on this thread
-        return load(code, config, nt, bias, has_ids)
+    code = binary(config, nt, bias, has_ids, compute_capability(torch.device("cuda", device_index)))
+    return _runtime.on_device(device_index, lambda: load(code, config, nt, bias, has_ids))
 
 
 def bias_kind(bias: torch.Tensor | None) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 from pathlib import Path
 
 import torch
@@ -31,7 +30,6 @@ SLOTS = 4
 """The kernel's ring of ``x``'s spans in shared memory (``SLOTS - 1`` in flight). Two or three were no
 faster (``tools/bench/results/mx4_wgmma_variants_h200.json``): at 64 tokens the registers, not shared
 memory, bound the CTAs per SM."""
-_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,11 +137,8 @@ def ring_bytes(config: Config) -> int:
 @functools.cache
 def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int) -> _runtime.Kernel:
     """The kernel loaded on that device."""
-    device = torch.device("cuda", device_index)
     code = binary(config, nt, bias, has_ids)
-    with _LOCK, torch.cuda.device(device):
-        torch.cuda.current_stream(device)  # torch's context made current on this thread
-        return load(code, config, nt, bias, has_ids)
+    return _runtime.on_device(device_index, lambda: load(code, config, nt, bias, has_ids))
 
 
 def splits(config: Config, tiles: int, k: int, sms: int) -> tuple[int, int]:

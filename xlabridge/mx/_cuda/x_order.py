@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import threading
 from pathlib import Path
 
 import torch
@@ -16,7 +15,6 @@ import torch
 from xlabridge.mx._cuda import COMMON, _runtime
 
 SOURCE = Path(__file__).with_name("x_order.cu")
-_LOCK = threading.Lock()
 
 
 class Layout(enum.IntEnum):
@@ -43,11 +41,8 @@ def binary(layout: Layout, capability: tuple[int, int], cached: bool = True) -> 
 @functools.cache
 def kernel(layout: Layout, device_index: int) -> _runtime.Kernel:
     """The kernel loaded on that device."""
-    device = torch.device("cuda", device_index)
-    code = binary(layout, torch.cuda.get_device_capability(device))
-    with _LOCK, torch.cuda.device(device):
-        torch.cuda.current_stream(device)  # torch's context made current on this thread
-        return _runtime.Kernel(code, _name(layout))
+    code = binary(layout, torch.cuda.get_device_capability(device_index))
+    return _runtime.on_device(device_index, lambda: _runtime.Kernel(code, _name(layout)))
 
 
 def order(x: torch.Tensor, layout: Layout, nt: int = 8) -> torch.Tensor:
@@ -55,10 +50,10 @@ def order(x: torch.Tensor, layout: Layout, nt: int = 8) -> torch.Tensor:
     32, rows contiguous and 16-byte aligned: a decode kernel's operand) in ``layout``'s order
     (``nt``: the tiles of 8 tokens ``Layout.WGMMA`` pads ``M`` to)."""
     A, M, K = x.shape
-    if layout is Layout.WGMMA and M > 8 * nt:
-        raise ValueError(f"x_order.order: x has {M} rows, more than nt={nt} tiles of 8")
     spans = -(-K // 128)
     if layout is Layout.WGMMA:
+        if M > 8 * nt:
+            raise ValueError(f"x_order.order: x has {M} rows, more than nt={nt} tiles of 8")
         out, tiles = torch.empty(A, spans * nt * 1024, dtype=x.dtype, device=x.device), nt
     else:
         out, tiles = torch.empty(A, M, spans * 128, dtype=x.dtype, device=x.device), -(-M // 8)
