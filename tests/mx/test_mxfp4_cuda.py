@@ -56,7 +56,8 @@ def test_each_code_path_compiles_for_hopper_with_nvrtc(config, nt, bias, ids):
     (fp4_wgmma.Config(1), 1, 0, False),
     (fp4_wgmma.Config(2, 8, min_blocks=2), 3, 1, True),
     (fp4_wgmma.Config(1, 2), 8, 2, False),
-], ids=["n8", "n24-two-warpgroups", "n64"])
+    (fp4_wgmma.Config(2, 4, pipeline=fp4_wgmma.Pipeline.PAIRS, slots=2), 8, 0, True),
+], ids=["n8", "n24-two-warpgroups", "n64", "n64-pairs"])
 def test_the_warpgroup_kernel_compiles_for_sm90a_with_its_mma_shape(config, nt, bias, ids):
     """``fp4_wgmma.cu`` with the host's ``wgmma_chunk`` for ``nt`` token tiles is valid CUDA for
     ``sm_90a``: a binary with the kernel's symbol, whose text holds the m64n(8 nt)k16 MMA."""
@@ -64,6 +65,29 @@ def test_the_warpgroup_kernel_compiles_for_sm90a_with_its_mma_shape(config, nt, 
     binary = fp4_wgmma.binary(config, nt, bias, ids, cached=False)
     assert binary[:4] == b"\x7fELF" and fp4_wgmma._name(config, nt, bias, ids).encode() in binary
     assert f"m64n{8 * nt}k16" in fp4_wgmma.source(nt)
+
+
+@pytest.mark.parametrize("key, config", [pytest.param(key, config, id=_name(config, key)) for key, config in CANDIDATES
+                                         if isinstance(config, fp4_wgmma.Config)])
+def test_no_warpgroup_candidate_spills_or_has_its_mmas_serialized_by_ptxas(key, config):
+    """``ptxas``'s own report (``-v``) on every warpgroup candidate the tuning times: nothing spilled
+    to local memory, and no MMA serialized (its ``C751x`` warnings: each MMA waited for before the
+    next is issued, which undoes the kernel's pipelining)."""
+    _nvrtc_or_skip()
+    report = fp4_wgmma.report(config, key, 0, False)
+    assert (report.spill_stores, report.spill_loads, report.warnings) == (0, 0, ()), report
+
+
+def test_pairs_keeps_the_split_sums_in_fewer_registers_than_span_at_64_tokens():
+    """At 64 tokens ``Pipeline.SPAN``'s registers are set by its split-K epilogue (an address per
+    sum); ``PAIRS`` keeps the sums in its threads' order: fewer registers, room for four CTAs an SM
+    (128 a thread) without a spill, where ``SPAN`` spills there."""
+    _nvrtc_or_skip()
+    span, pairs = (fp4_wgmma.report(fp4_wgmma.Config(1, 4, pipeline=p), 8, 0, False) for p in fp4_wgmma.Pipeline)
+    assert pairs.registers < span.registers, (span, pairs)
+    four = dict(min_blocks=4, slots=2)
+    span4, pairs4 = (fp4_wgmma.report(fp4_wgmma.Config(1, 4, pipeline=p, **four), 8, 0, False) for p in fp4_wgmma.Pipeline)
+    assert span4.spill_stores > 0 and (pairs4.spill_stores, pairs4.spill_loads, pairs4.warnings) == (0, 0, ()), (span4, pairs4)
 
 
 @pytest.mark.parametrize("tiles, k, per_sm", [(8, 1952, 2), (224, 4096, 2), (64, 14336, 4), (1, 128, 8), (300, 4096, 2)])
@@ -106,7 +130,11 @@ def test_mma_order_x_puts_each_element_where_the_kernel_s_descriptors_read_it(de
     ({"wg": 5}, "at most 4"),
     ({"per_sm": 1.5}, "per_sm must be a positive int"),
     ({"stages": 1}, "stages must be at least 2"),
-    ({"wg": 4, "stages": 12}, "must leave room"),
+    ({"wg": 4, "stages": 12}, "must fit"),
+    ({"pipeline": "chunks"}, "pipeline must be one of"),
+    ({"slots": 1}, "slots must be at least 2"),
+    ({"slots": True}, "slots must be a positive int"),
+    ({"wg": 4, "stages": 4, "slots": 12}, "must fit"),
 ])
 def test_bad_warpgroup_configurations_say_which_field_and_what_was_expected(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -175,16 +203,18 @@ def test_each_candidate_against_the_spec_with_extreme_scales(key, config):
 @pytest.mark.parametrize("wg, stages, nt, blocks, per_sm",
                          [(1, 4, 1, 61, 2), (2, 8, 2, 61, 8), (1, 2, 3, 4, 1), (2, 4, 8, 61, 4), (1, 8, 8, 5, 1)],
                          ids=["n8-split", "n16-two-warpgroups-split", "n24-one-span", "n64-split", "n64-two-spans"])
-def test_the_warpgroup_kernel_against_the_spec_split_and_not(wg, stages, nt, blocks, per_sm):
+@pytest.mark.parametrize("pipeline", list(fp4_wgmma.Pipeline), ids=[p.value for p in fp4_wgmma.Pipeline])
+def test_the_warpgroup_kernel_against_the_spec_split_and_not(wg, stages, nt, blocks, per_sm, pipeline):
     """The warpgroup kernel at ``8 nt - 3`` rows (a partial token tile), K cut to ``blocks`` blocks
     (61: sixteen spans, the last of one block; 5: two spans, the second of one block: both split across
-    CTAs at this N; 4: one span, not split), with expert ids and a bias; run twice, so that the split's
+    CTAs at this N; 4: one span, not split), with expert ids and a bias, the MMAs fed a span or two
+    chunks at a time (``Pipeline``); run twice, so that the split's
     arrival counts are seen back at zero, and the two results bitwise equal (a fixed order of sums)."""
     rows = 8 * nt - 3
     x, data, scale, ids = _operands(rows, 500 + nt)
     x, data, scale = x[..., :32 * blocks], data[..., :16 * blocks].contiguous(), scale[..., :blocks].contiguous()
     bias = torch.randn(3, 200, generator=torch.Generator().manual_seed(nt)).to(torch.bfloat16 if nt % 2 else torch.float32)
-    config = fp4_wgmma.Config(wg, stages, per_sm)
+    config = fp4_wgmma.Config(wg, stages, per_sm, pipeline=pipeline, slots=2 if pipeline is fp4_wgmma.Pipeline.PAIRS else 4)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     split, _ = fp4_wgmma.splits(config, 2 * -(-200 // config.rows), 32 * blocks, sms)
     assert (split > 1) == (blocks > 4)
@@ -199,6 +229,19 @@ def test_the_warpgroup_kernel_against_the_spec_split_and_not(wg, stages, nt, blo
         tolerance = torch.finfo(torch.bfloat16).eps * exact.abs() + 2**-16 * exact.abs().amax(dim=1, keepdim=True)
         assert bool(((first.cpu().double() - exact).abs() <= tolerance).all())
     assert torch.equal(first.view(torch.int16), again.view(torch.int16))
+
+
+@pytest.mark.skipif(not WARPGROUP,
+                    reason="needs a Hopper GPU (compute capability 9.0: the warpgroup MMA; the device machine)")
+@pytest.mark.parametrize("nt, per_sm", [(8, 4), (2, 8), (8, 1)], ids=["n64-split", "n16-split", "n64-one-split"])
+def test_both_pipelines_give_the_same_bits(nt, per_sm):
+    """``PAIRS`` issues the same MMAs in the same order into the same accumulators as ``SPAN``, and
+    adds a split's sums in the same order from another layout: bitwise the same ``y``."""
+    x, data, scale, ids = _operands(8 * nt - 1, 600 + nt)
+    args = (x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), None)
+    out = [fp4_wgmma.launch(fp4_wgmma.Config(1, 4, per_sm, pipeline=p, slots=3), *args,
+                            torch.empty(2, 8 * nt - 1, 200, dtype=torch.bfloat16, device="cuda")) for p in fp4_wgmma.Pipeline]
+    assert torch.equal(out[0].view(torch.int16), out[1].view(torch.int16))
 
 
 @requires_hopper

@@ -58,9 +58,12 @@ def decode_configs(nt: int) -> list[fp4_decode.Config]:
 
 def wgmma_configs(nt: int) -> list[fp4_wgmma.Config]:
     """The warpgroup kernel's: one or two warpgroups a CTA, the weight's ring of 4 or 8 stages, split-K
-    aimed at 1 to 8 CTAs per SM, the register budget cut for two or four CTAs per SM (warpgroups) or not."""
-    return [fp4_wgmma.Config(wg, stages, per_sm, blocks) for wg in (1, 2) for stages in (4, 8) for per_sm in (1, 2, 4, 8)
-            for blocks in ((1, 2, 4) if wg == 1 else (1, 2))]
+    aimed at 1 to 8 CTAs per SM, the register budget cut for two or four CTAs per SM (warpgroups) or not;
+    the MMAs fed a span at a time (``x`` in 4 slots) or two chunks at a time (``x`` in 2, 3 or 4 slots:
+    its fewer registers leave shared memory bounding the CTAs per SM)."""
+    pipelines = [(fp4_wgmma.Pipeline.SPAN, 4)] + [(fp4_wgmma.Pipeline.PAIRS, slots) for slots in (2, 3, 4)]
+    return [fp4_wgmma.Config(wg, stages, per_sm, blocks, pipeline, slots) for wg in (1, 2) for stages in (4, 8)
+            for per_sm in (1, 2, 4, 8) for blocks in ((1, 2, 4) if wg == 1 else (1, 2)) for pipeline, slots in pipelines]
 
 
 def candidate_configs(nt: int) -> list:

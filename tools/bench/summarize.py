@@ -554,7 +554,9 @@ def _decode_config(c: dict) -> str:
     """A decode kernel configuration in a few words: row tiles, warps, and how loads stay in flight."""
     if c.get("kernel") == "fp4_wgmma":
         return (f"wgmma {64 * c['wg']}r, ring {c['stages']}, split-K to {c['per_sm']}/SM"
-                + (f" ≥{c['min_blocks']}/SM" if c.get("min_blocks", 1) > 1 else ""))
+                + (f" ≥{c['min_blocks']}/SM" if c.get("min_blocks", 1) > 1 else "")
+                + (", pairs" if c.get("pipeline") == "pairs" else "")
+                + (f", x in {c['slots']}" if c.get("slots", 4) != 4 else ""))
     how = (f"ring {c['stages']}" + (" x" if c.get("x_async") else "")) if c.get("stages") else \
         f"{c['spans']} span" + ("s" if c["spans"] > 1 else "") + (" +next" if c.get("double") else "")
     extra = (" paired x" if c.get("x_paired") else "") + (f" ≥{c['min_blocks']}/SM" if c.get("min_blocks", 1) > 1 else "")

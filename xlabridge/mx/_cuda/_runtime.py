@@ -10,11 +10,13 @@ GPU. The driver is ``libcuda.so.1``, which a machine with a GPU has.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import glob
 import hashlib
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -61,9 +63,8 @@ def _check_nvrtc(code: int, lib: ctypes.CDLL) -> None:
         raise CudaError(f"NVRTC: {lib.nvrtcGetErrorString(code).decode()}")
 
 
-def compile_cubin(source: str, name: str, arch: str, options: Sequence[str]) -> bytes:
-    """The GPU binary of CUDA C++ ``source`` for ``sm_<arch>`` (``"90"``), NVRTC's ``options``
-    (``-DNAME=VALUE``) added; ``name`` names the program in NVRTC's messages."""
+def _compile(source: str, name: str, arch: str, options: Sequence[str]) -> tuple[bytes, str]:
+    """NVRTC's binary and log for ``compile_cubin``'s arguments."""
     lib = nvrtc()
     program = ctypes.c_void_p()
     _check_nvrtc(lib.nvrtcCreateProgram(ctypes.byref(program), source.encode(), f"{name}.cu".encode(), 0, None, None), lib)
@@ -71,19 +72,50 @@ def compile_cubin(source: str, name: str, arch: str, options: Sequence[str]) -> 
         flags = [f"--gpu-architecture=sm_{arch}", "-std=c++17", *options]
         array = (ctypes.c_char_p * len(flags))(*[flag.encode() for flag in flags])
         result = lib.nvrtcCompileProgram(program, len(flags), array)
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+        log = ctypes.create_string_buffer(max(size.value, 1))
+        lib.nvrtcGetProgramLog(program, log)
+        text = log.value.decode(errors="replace")
         if result:
-            size = ctypes.c_size_t()
-            lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
-            log = ctypes.create_string_buffer(size.value)
-            lib.nvrtcGetProgramLog(program, log)
-            raise CudaError(f"NVRTC could not compile {name}:\n{log.value.decode(errors='replace')}")
+            raise CudaError(f"NVRTC could not compile {name}:\n{text}")
         size = ctypes.c_size_t()
         _check_nvrtc(lib.nvrtcGetCUBINSize(program, ctypes.byref(size)), lib)
         binary = ctypes.create_string_buffer(size.value)
         _check_nvrtc(lib.nvrtcGetCUBIN(program, binary), lib)
-        return binary.raw
+        return binary.raw, text
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(program))
+
+
+def compile_cubin(source: str, name: str, arch: str, options: Sequence[str]) -> bytes:
+    """The GPU binary of CUDA C++ ``source`` for ``sm_<arch>`` (``"90"``), NVRTC's ``options``
+    (``-DNAME=VALUE``) added; ``name`` names the program in NVRTC's messages."""
+    return _compile(source, name, arch, options)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class PtxasReport:
+    """What ``ptxas`` says of one kernel it assembled (``-v``): registers per thread, bytes spilled to
+    local memory (stores, loads), and its performance warnings, such as ``C7510``-``C7515``: the
+    warpgroup MMAs serialized (each waited for before the next is issued)."""
+
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    warnings: tuple[str, ...]
+
+
+def ptxas_report(source: str, name: str, arch: str, options: Sequence[str]) -> PtxasReport:
+    """``compile_cubin``'s compile with ``ptxas -v``, read back from NVRTC's log (never cached)."""
+    _, log = _compile(source, name, arch, [*options, "--ptxas-options=-v"])
+    registers = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    if registers is None or spills is None:
+        raise CudaError(f"ptxas's report on {name} has no register or spill count:\n{log[-2000:]}")
+    warnings = tuple(line.split("Potential Performance Loss:", 1)[1].strip()
+                     for line in log.splitlines() if "Potential Performance Loss:" in line)
+    return PtxasReport(int(registers.group(1)), int(spills.group(1)), int(spills.group(2)), warnings)
 
 
 def cache_dir() -> Path:

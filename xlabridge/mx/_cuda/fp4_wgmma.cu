@@ -19,18 +19,20 @@
 // bulk copy writes as the MMA reads, by the async proxy.)
 //
 // The weight streams through a ring of S stages in shared memory by asynchronous copies, S - 1 spans
-// in flight. Each span is decoded and its eight K chunks issued as asynchronous MMAs into the same
-// accumulators, which run while the next copies are issued; the A registers are written again once
-// they are done (wgmma.wait_group 0). (Two sets of A registers, to decode one span while the MMAs
-// of the one before run, or the weight's spans in flight in registers, leave ptxas too few
-// registers to pipeline the MMAs: it serializes them.)
+// in flight. Its K chunks are issued as asynchronous MMAs into the same accumulators, which run
+// while the next copies are issued. PAIRS 0: a whole span decoded, its eight MMAs issued, and the A
+// registers written again once they are done (wgmma.wait_group 0). (Two sets of a span's A
+// registers, or the weight's spans in flight in registers, leave ptxas too few registers to
+// pipeline the MMAs: it serializes them.) PAIRS 1: two chunks at a time into one of two sets of A
+// registers (8 each), the next two decoded while the MMAs of these run (wgmma.wait_group 1).
 //
 // With one split, the CTA writes bfloat16 y (+ bias). With several, each CTA writes its float32
-// partial sums (partial[a][z][token][n]) and counts itself in at locks[a][blockIdx.x]; the last CTA
-// of a tile adds the partial sums in split order (the result does not depend on timing), writes y
-// and sets the count back to zero.
+// partial sums (PAIRS 0: in y's order, partial[a][z][token][n]; PAIRS 1: in its threads' order,
+// partial[a][tile][z][token tile][thread][4]) and counts itself in at locks[a][blockIdx.x]; the last
+// CTA of a tile adds the partial sums in split order (the result does not depend on timing), writes
+// y and sets the count back to zero.
 //
-// Configuration macros (set by the host): NT, WG, S, SLOTS, MINB, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
+// Configuration macros (set by the host): NT, WG, S, SLOTS, MINB, PAIRS, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
 // HAS_IDS, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
 // operands spelled out) before this source.
 
@@ -88,6 +90,24 @@ __device__ __forceinline__ void decode_span(const u32 (&w)[2][4], const u32 (&s)
             a[2 * q + h][2] = lo[2 * h + 1];
             a[2 * q + h][3] = hi[2 * h + 1];
         }
+    }
+}
+
+// decode_span's pair q alone: K chunks 2q and 2q + 1.
+template <bool TWO>
+__device__ __forceinline__ void decode_pair(const u32 (&w)[2][4], const u32 (&s)[2], int q, u32 (&a)[2][4]) {
+    u32 f1[2], f2[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) scale_factors<TWO>(s[h], f1[h], f2[h]);
+    u32 lo[4], hi[4];
+    decode<TWO>(w[0][q], f1[0], f2[0], lo);
+    decode<TWO>(w[1][q], f1[1], f2[1], hi);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        a[h][0] = lo[2 * h];
+        a[h][1] = hi[2 * h];
+        a[h][2] = lo[2 * h + 1];
+        a[h][3] = hi[2 * h + 1];
     }
 }
 
@@ -211,6 +231,48 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     // slot; the weight's copies waited for and decoded; x's slot waited for; the MMAs issued; while
     // they run, the weight's span i + S - 1 copied (into the stage span i - 1 left) and span i + 1's
     // scale bytes loaded.
+#if PAIRS
+    // The MMAs of a span in four groups of two K chunks, A registers in two sets: the pair q + 1 is
+    // decoded into one set while the MMAs of pair q, which read the other, run (wgmma.wait_group 1:
+    // the group before the newest is done, and with it the set about to be written). x's slot of
+    // span i - 1 is free once the first group of span i is issued (every group of span i - 1 done).
+    u32 av[2][2][4];
+    auto step = [&](const int J, int i) {
+        const int at = first + i;
+        copies_wait<S - 2>();
+        u32 wv[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) load_shared(ring + (u32)((i % S) * 2 + h) * THREADS * 16, wv[h]);
+        const bool two = __any_sync(FULL_MASK, sv[J][0] > 128u || sv[J][1] > 128u);
+        const u32 span = base + (u32)(i % SLOTS) * SLOT;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            u32 (&set)[2][4] = av[q & 1];
+            wgmma_wait<1>();
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) keep(set[c][r]);
+            if (q == 1) {
+                if (WG > 1) __syncthreads();
+                issue_x(at + SLOTS - 1);
+            }
+            if (two)
+                decode_pair<true>(wv, sv[J], q, set);
+            else
+                decode_pair<false>(wv, sv[J], q, set);
+            if (q == 0) barrier_wait(bars + 8 * (i % SLOTS), (i / SLOTS) & 1);
+            wgmma_fence();
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                wgmma_chunk(acc, set[h][0], set[h][1], set[h][2], set[h][3],
+                            descriptor(span + (2 * q + h) * CHUNK, NT * 128, 128));
+            wgmma_commit();
+        }
+        issue_span(at + S - 1, (i + S - 1) % S);
+        load_scales(sv[1 - J], at + 1);
+    };
+#else
     u32 av[8][4];
     auto step = [&](const int J, int i) {  // J a literal at each call: the registers' indices are constants
         const int at = first + i;
@@ -239,24 +301,41 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         issue_span(at + S - 1, (i + S - 1) % S);
         load_scales(sv[1 - J], at + 1);
     };
+#endif
     const int count = last - first;
     for (int i = 0; i < count; i += 2) {
         step(0, i);
         if (i + 1 < count) step(1, i + 1);
     }
     wgmma_wait<0>();
+#if PAIRS
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) keep(av[c >> 1][c & 1][r]);
+#else
 #pragma unroll
     for (int c = 0; c < 8; ++c)
 #pragma unroll
         for (int r = 0; r < 4; ++r) keep(av[c][r]);
+#endif
 #pragma unroll
     for (int i = 0; i < NT * 4; ++i) keep(acc[i]);
     let_next_kernel_start();
 
     u16* ya = y + (i64)a * sya;
     if (splits > 1) {
+#if PAIRS
+        // The sums of this tile's splits in the order of their threads: token tile j's four of every
+        // thread together ([a][tile][split][j][thread]), so that one base address serves them all.
+        float4* tile = (float4*)partial + ((i64)a * gridDim.x + blockIdx.x) * splits * NT * THREADS + threadIdx.x;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+            __stcg(tile + (z * NT + j) * THREADS, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+#else
         float* mine = partial + (i64)(a * splits + z) * M * N;
         each_output(row, t, M, N, [&](int i, int n, int token) { mine[(i64)token * N + n] = acc[i]; });
+#endif
         __threadfence();
         __syncthreads();
         __shared__ int is_last;
@@ -270,13 +349,26 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         __threadfence();
         // Split by split, each adding all of this thread's sums (their loads in flight together), so
         // that every sum is taken in split order.
-        const float* all = partial + (i64)a * splits * M * N;
 #pragma unroll
         for (int i = 0; i < NT * 4; ++i) acc[i] = 0.0f;
+#if PAIRS
+        for (int p = 0; p < splits; ++p) {
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const float4 v = __ldcg(tile + (p * NT + j) * THREADS);
+                acc[4 * j] += v.x;
+                acc[4 * j + 1] += v.y;
+                acc[4 * j + 2] += v.z;
+                acc[4 * j + 3] += v.w;
+            }
+        }
+#else
+        const float* all = partial + (i64)a * splits * M * N;
         for (int p = 0; p < splits; ++p) {
             const float* part = all + (i64)p * M * N;
             each_output(row, t, M, N, [&](int i, int n, int token) { acc[i] += __ldcg(part + (i64)token * N + n); });
         }
+#endif
     }
     float add[2];
 #pragma unroll

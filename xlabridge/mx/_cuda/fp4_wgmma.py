@@ -13,6 +13,7 @@ candidates.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 from pathlib import Path
 
@@ -27,9 +28,24 @@ SHARED_BYTES = 226 * 1024
 SPAN_BYTES = 2048
 """Shared memory per span of 128 elements of ``K`` and per 8-token tile of ``x`` (bfloat16)."""
 SLOTS = 4
-"""The kernel's ring of ``x``'s spans in shared memory (``SLOTS - 1`` in flight). Two or three were no
-faster (``tools/bench/results/mx4_wgmma_variants_h200.json``): at 64 tokens the registers, not shared
-memory, bound the CTAs per SM."""
+"""The default ring of ``x``'s spans in shared memory (``slots - 1`` in flight). Two or three were no
+faster with ``Pipeline.SPAN`` (``tools/bench/results/mx4_wgmma_variants_h200.json``): at 64 tokens its
+registers, not shared memory, bound the CTAs per SM."""
+
+
+class Pipeline(str, enum.Enum):
+    """How a warpgroup feeds its MMAs.
+
+    ``SPAN``: a whole span of ``K`` decoded (32 A registers), then its eight MMAs issued, waited for
+    before the next span is decoded. ``PAIRS``: two K chunks decoded into one of two sets of A
+    registers while the MMAs of the two before run, so that the decoder and the tensor cores work at
+    once; and a split's partial sums kept in the order of the threads that hold them (a thread's
+    sums contiguous per token tile, written and read back by 16-byte accesses from one base address),
+    where ``SPAN`` keeps them in ``y``'s order, one address per sum: the split-K epilogue, not the
+    main loop, sets ``SPAN``'s registers at 64 tokens (``ptxas``: 192 a thread, 128 without it)."""
+
+    SPAN = "span"
+    PAIRS = "pairs"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,25 +54,36 @@ class Config:
     each, sharing the CTA's copy of ``x``); ``stages``: the ring the weight streams through in shared
     memory (``stages - 1`` spans of 128 elements of ``K`` in flight); ``per_sm``: the CTAs per SM
     that split-K aims at (``K`` is split across CTAs until the grid has that many, or each split has
-    one span); ``min_blocks``: CTAs per SM the register budget is cut for."""
+    one span); ``min_blocks``: CTAs per SM the register budget is cut for; ``pipeline``: how the MMAs
+    are fed (``Pipeline``); ``slots``: the ring of ``x``'s spans (``slots - 1`` in flight), whose
+    shared memory, with the registers, bounds the CTAs per SM."""
 
     wg: int = 1
     stages: int = 4
     per_sm: int = 2
     min_blocks: int = 1
+    pipeline: Pipeline = Pipeline.SPAN
+    slots: int = SLOTS
 
     def __post_init__(self) -> None:
-        for name in ("wg", "stages", "per_sm", "min_blocks"):
+        for name in ("wg", "stages", "per_sm", "min_blocks", "slots"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"fp4_wgmma.Config: {name} must be a positive int, got {value!r}")
+        try:
+            object.__setattr__(self, "pipeline", Pipeline(self.pipeline))
+        except ValueError:
+            raise ValueError(f"fp4_wgmma.Config: pipeline must be one of {[p.value for p in Pipeline]}, "
+                             f"got {self.pipeline!r}") from None
         if self.wg > 4:
             raise ValueError(f"fp4_wgmma.Config: wg must be at most 4 (512 threads), got {self.wg!r}")
         if self.stages < 2:
             raise ValueError(f"fp4_wgmma.Config: stages must be at least 2 (one span in flight), got {self.stages!r}")
-        if ring_bytes(self) > SHARED_BYTES - SLOTS * 8 * SPAN_BYTES:
+        if self.slots < 2:
+            raise ValueError(f"fp4_wgmma.Config: slots must be at least 2 (one span of x in flight), got {self.slots!r}")
+        if shared_bytes(self, 8) > SHARED_BYTES:
             raise ValueError(f"fp4_wgmma.Config: the weight's ring ({self.stages} stages of {self.wg} warpgroups) "
-                             "must leave room for x's")
+                             f"and x's ({self.slots} slots at 64 tokens) must fit {SHARED_BYTES} bytes of shared memory")
 
     @property
     def threads(self) -> int:
@@ -107,13 +134,17 @@ def source(nt: int) -> str:
 
 
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str) -> list[str]:
-    macros = {"NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": SLOTS, "MINB": config.min_blocks,
-              "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": fp4_decode.PREFETCH_SPANS, "KERNEL": name}
+    macros = {"NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": config.slots, "MINB": config.min_blocks,
+              "PAIRS": int(config.pipeline is Pipeline.PAIRS), "HAS_BIAS": bias, "HAS_IDS": int(has_ids),
+              "PREFETCH": fp4_decode.PREFETCH_SPANS, "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
 def _name(config: Config, nt: int, bias: int, has_ids: bool) -> str:
-    return f"mxfp4_wgmma_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}_{bias}{int(has_ids)}"
+    pairs = "_p" if config.pipeline is Pipeline.PAIRS else ""
+    slots = "" if config.slots == SLOTS else f"_x{config.slots}"
+    return (f"mxfp4_wgmma_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}{pairs}{slots}"
+            f"_{bias}{int(has_ids)}")
 
 
 def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True) -> bytes:
@@ -122,6 +153,12 @@ def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = Tru
     name = _name(config, nt, bias, has_ids)
     build = _runtime.cached_cubin if cached else _runtime.compile_cubin
     return build(source(nt), name, "90a", _options(config, nt, bias, has_ids, name))
+
+
+def report(config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.PtxasReport:
+    """``ptxas``'s registers, spills and warnings for ``binary``'s kernel (a compile of its own)."""
+    name = _name(config, nt, bias, has_ids)
+    return _runtime.ptxas_report(source(nt), name, "90a", _options(config, nt, bias, has_ids, name))
 
 
 def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.Kernel:
@@ -155,7 +192,18 @@ def splits(config: Config, tiles: int, k: int, sms: int) -> tuple[int, int]:
 
 def shared_bytes(config: Config, nt: int) -> int:
     """The rings' shared memory (dynamic): ``x``'s, and the weight's."""
-    return SLOTS * nt * SPAN_BYTES + ring_bytes(config)
+    return config.slots * nt * SPAN_BYTES + ring_bytes(config)
+
+
+def partial_floats(config: Config, A: int, tiles: int, split: int, M: int, N: int, nt: int) -> int:
+    """The split's partial sums (float32): none unsplit (one, for a valid pointer); else each CTA's, in
+    ``y``'s order (``SPAN``: ``[A, split, M, N]``) or its threads' (``PAIRS``: ``[A, tiles, split,
+    nt, threads, 4]``, padded rows and tokens included)."""
+    if split == 1:
+        return 1
+    if config.pipeline is Pipeline.PAIRS:
+        return A * tiles * split * nt * config.threads * 4
+    return A * split * M * N
 
 
 def mma_order_x(x: torch.Tensor, nt: int) -> torch.Tensor:
@@ -200,7 +248,7 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     split, per = splits(config, tiles * A, K, sms)
     x = mma_order_x(x, nt)
-    partial = torch.empty(A * split * M * N if split > 1 else 1, dtype=torch.float32, device=x.device)
+    partial = torch.empty(partial_floats(config, A, tiles, split, M, N, nt), dtype=torch.float32, device=x.device)
     counts = arrival_counts(x.device, A * tiles)
     run((tiles, A, split), (config.threads, 1, 1),
         [x, data, scale, bias, ids, y, partial, counts, M, N, K, per, x.stride(0), data.stride(0), data.stride(1),
