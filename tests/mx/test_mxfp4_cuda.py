@@ -244,6 +244,17 @@ def test_both_pipelines_give_the_same_bits(nt, per_sm):
     assert torch.equal(out[0].view(torch.int16), out[1].view(torch.int16))
 
 
+@pytest.mark.skipif(not WARPGROUP,
+                    reason="needs a Hopper GPU (compute capability 9.0: the warpgroup MMA; the device machine)")
+def test_pairs_with_two_slots_of_x_fits_four_ctas_an_sm_where_span_fits_two():
+    """By the driver's count at 64 tokens: ``SPAN`` (192 registers, 80 KB of shared memory) two CTAs
+    an SM; ``PAIRS`` cut to 128 registers with ``x`` in two slots (48 KB), four."""
+    span = fp4_wgmma.Config(1, 4)
+    pairs = fp4_wgmma.Config(1, 4, min_blocks=4, pipeline=fp4_wgmma.Pipeline.PAIRS, slots=2)
+    resident = [fp4_wgmma.kernel(c, 8, 0, False, 0).resident(c.threads, fp4_wgmma.shared_bytes(c, 8)) for c in (span, pairs)]
+    assert resident == [2, 4]
+
+
 @requires_hopper
 def test_one_token_without_ids_or_bias_matches_and_writes_only_its_row():
     x, data, scale, _ = _operands(1, 7)

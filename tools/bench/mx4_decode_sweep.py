@@ -5,10 +5,10 @@ checked against the float64 product.
 
     PYTHONPATH=. python3 tools/bench/mx4_decode_sweep.py   # writes tools/bench/results/mx4_decode_sweep.json
 
-The kernels are compiled in parallel first (NVRTC); the driver gives each one's registers and
-spilled bytes. Times are
+The kernels are compiled in parallel first (NVRTC); the driver gives each one's registers,
+spilled bytes and CTAs an SM holds at once (``resident``: past that many a SM, a grid runs in waves). Times are
 ``mx_cast.gpu_time``'s (CUDA-graph replays over weights rotated past L2), as ``mx4_linear.py``'s.
-Per shape and token count: bf16's time, every configuration's time, registers, spill bytes and
+Per shape and token count: bf16's time, every configuration's time, registers, spill bytes, residency and
 whether its result is within the error bound, and the fastest within it.
 """
 
@@ -80,6 +80,12 @@ def _fields(entry: dict) -> list[str]:
     return ["kernel", *(f.name for f in dataclasses.fields(module.Config)), "dependent"]
 
 
+def _resident(run, config, nt: int) -> int:
+    """The driver's count of the kernel's CTAs an SM holds at once, as launched for ``nt`` token tiles."""
+    shared = fp4_wgmma.shared_bytes(config, nt) if isinstance(config, fp4_wgmma.Config) else config.ring_bytes(nt)
+    return run.resident(config.threads, shared)
+
+
 def build(jobs, capability) -> dict:
     """``{(config, nt, bias, ids): (binary or None, info)}``, compiled by NVRTC in parallel, with
     the compile's error if any (the warpgroup kernel's builds shared between configs that differ
@@ -144,7 +150,8 @@ def main() -> None:
             continue
         try:
             run = kernel_of(job[0]).load(code, *job)
-            loaded[job] = (run, {**info, "registers": run.registers, "spill_bytes": run.local_bytes})
+            loaded[job] = (run, {**info, "registers": run.registers, "spill_bytes": run.local_bytes,
+                                 "resident": _resident(run, *job[:2])})
         except Exception as error:  # noqa: BLE001 - recorded
             info["load_error"] = str(error)[-300:]
     errors = {kernel_of(job[0])._name(*job): info for job, (code, info) in built.items() if code is None or "load_error" in info}
@@ -186,7 +193,7 @@ def main() -> None:
             best = min(ok, key=lambda c: c["ms"])
             row.update(best_ms=best["ms"], speedup=dense / best["ms"],
                        weight_read_share=weight_bytes / best["ms"] / 1e6 / copy,
-                       best={k_: best[k_] for k_ in _fields(best) + ["registers"]})
+                       best={k_: best[k_] for k_ in _fields(best) + ["registers", "resident"]})
             row["top"] = [{**{k_: c[k_] for k_ in _fields(c)}, "ms": c["ms"]} for c in sorted(ok, key=lambda c: c["ms"])[:8]]
         results["rows"].append(row)
         with open(args.out, "w") as f:  # kept if the run is cut short

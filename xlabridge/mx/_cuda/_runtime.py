@@ -196,6 +196,15 @@ class Kernel:
         """Local memory per thread: a spill's stack; 0 where nothing spills."""
         return self.attribute(_LOCAL_BYTES)
 
+    def resident(self, threads: int, shared: int) -> int:
+        """How many CTAs of ``threads`` threads and ``shared`` bytes of dynamic shared memory an SM
+        holds at once, by the driver's count (registers, shared memory, threads): a grid of more
+        CTAs than the SMs hold runs in waves."""
+        blocks = ctypes.c_int()
+        _check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(blocks), self._function,
+                                                                    threads, ctypes.c_size_t(shared)))
+        return blocks.value
+
     def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence, stream: int,
                  shared: int = 0, dependent: bool = False) -> None:
         values = [ctypes.c_int(arg) if isinstance(arg, int) else ctypes.c_void_p(0 if arg is None else arg.data_ptr())
