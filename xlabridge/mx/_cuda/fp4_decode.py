@@ -157,13 +157,6 @@ def binary(config: Config, nt: int, bias: int, has_ids: bool, capability: tuple[
     return build(source(), name, f"{capability[0]}{capability[1]}", _options(config, nt, bias, has_ids, name, probe))
 
 
-def report(config: Config, nt: int, bias: int, has_ids: bool, capability: tuple[int, int]) -> _runtime.PtxasReport:
-    """``ptxas``'s registers, spills and warnings for ``binary``'s kernel (a compile of its own)."""
-    name = _name(config, nt, bias, has_ids)
-    return _runtime.ptxas_report(source(), name, f"{capability[0]}{capability[1]}",
-                                 _options(config, nt, bias, has_ids, name, 0))
-
-
 def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, probe: int = 0) -> _runtime.Kernel:
     """``binary``'s result loaded into the current context."""
     return _runtime.Kernel(code, _name(config, nt, bias, has_ids) + (f"_p{probe}" if probe else ""),

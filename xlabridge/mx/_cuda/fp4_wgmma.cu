@@ -46,6 +46,11 @@ __device__ __forceinline__ void wgmma_wait() {
 // keep them (and their values) where they are until the MMAs using them are known to be done.
 __device__ __forceinline__ void keep(float& v) { asm volatile("" : "+f"(v)::"memory"); }
 __device__ __forceinline__ void keep(u32& v) { asm volatile("" : "+r"(v)::"memory"); }
+template <class T, int N>
+__device__ __forceinline__ void keep(T (&v)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) keep(v[i]);
+}
 
 // The mbarriers that count x's bulk copies in: one arrival (the copying thread's, with the bytes to
 // expect), then the copy's bytes.
@@ -72,43 +77,26 @@ __device__ __forceinline__ unsigned long long descriptor(u32 address, u32 leadin
            ((unsigned long long)((stride >> 4) & 0x3FFFu) << 32);
 }
 
-// One span of this thread's two rows (g, g + 8 of its warp's 16): the eight K chunks' A registers.
+// Pair q of a span of this thread's two rows (g, g + 8 of its warp's 16): K chunks 2q and 2q + 1's
+// A registers.
 template <bool TWO>
-__device__ __forceinline__ void decode_span(const u32 (&w)[2][4], const u32 (&s)[2], u32 (&a)[8][4]) {
-    u32 f1[2], f2[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) scale_factors<TWO>(s[h], f1[h], f2[h]);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        u32 lo[4], hi[4];
-        decode<TWO>(w[0][q], f1[0], f2[0], lo);
-        decode<TWO>(w[1][q], f1[1], f2[1], hi);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            a[2 * q + h][0] = lo[2 * h];
-            a[2 * q + h][1] = hi[2 * h];
-            a[2 * q + h][2] = lo[2 * h + 1];
-            a[2 * q + h][3] = hi[2 * h + 1];
-        }
-    }
-}
-
-// decode_span's pair q alone: K chunks 2q and 2q + 1.
-template <bool TWO>
-__device__ __forceinline__ void decode_pair(const u32 (&w)[2][4], const u32 (&s)[2], int q, u32 (&a)[2][4]) {
+__device__ __forceinline__ void decode_pair(const u32 (&w)[2][4], const u32 (&s)[2], int q, u32 (&a0)[4],
+                                            u32 (&a1)[4]) {
     u32 f1[2], f2[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) scale_factors<TWO>(s[h], f1[h], f2[h]);
     u32 lo[4], hi[4];
     decode<TWO>(w[0][q], f1[0], f2[0], lo);
     decode<TWO>(w[1][q], f1[1], f2[1], hi);
+    a0[0] = lo[0], a0[1] = hi[0], a0[2] = lo[1], a0[3] = hi[1];
+    a1[0] = lo[2], a1[1] = hi[2], a1[2] = lo[3], a1[3] = hi[3];
+}
+
+// The whole span: the eight K chunks' A registers.
+template <bool TWO>
+__device__ __forceinline__ void decode_span(const u32 (&w)[2][4], const u32 (&s)[2], u32 (&a)[8][4]) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        a[h][0] = lo[2 * h];
-        a[h][1] = hi[2 * h];
-        a[h][2] = lo[2 * h + 1];
-        a[h][3] = hi[2 * h + 1];
-    }
+    for (int q = 0; q < 4; ++q) decode_pair<TWO>(w, s, q, a[2 * q], a[2 * q + 1]);
 }
 
 // fn(i, n, token) for each of a thread's outputs within [N rows, M tokens]: acc[i = 4j + 2h + c] is
@@ -249,18 +237,15 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         for (int q = 0; q < 4; ++q) {
             u32 (&set)[2][4] = av[q & 1];
             wgmma_wait<1>();
-#pragma unroll
-            for (int c = 0; c < 2; ++c)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) keep(set[c][r]);
+            keep(set);
             if (q == 1) {
                 if (WG > 1) __syncthreads();
                 issue_x(at + SLOTS - 1);
             }
             if (two)
-                decode_pair<true>(wv, sv[J], q, set);
+                decode_pair<true>(wv, sv[J], q, set[0], set[1]);
             else
-                decode_pair<false>(wv, sv[J], q, set);
+                decode_pair<false>(wv, sv[J], q, set[0], set[1]);
             if (q == 0) barrier_wait(bars + 8 * (i % SLOTS), (i / SLOTS) & 1);
             wgmma_fence();
 #pragma unroll
@@ -277,10 +262,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     auto step = [&](const int J, int i) {  // J a literal at each call: the registers' indices are constants
         const int at = first + i;
         wgmma_wait<0>();
-#pragma unroll
-        for (int c = 0; c < 8; ++c)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) keep(av[c][r]);
+        keep(av);
         if (WG > 1) __syncthreads();
         issue_x(at + SLOTS - 1);
         copies_wait<S - 2>();
@@ -308,19 +290,8 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         if (i + 1 < count) step(1, i + 1);
     }
     wgmma_wait<0>();
-#if PAIRS
-#pragma unroll
-    for (int c = 0; c < 4; ++c)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) keep(av[c >> 1][c & 1][r]);
-#else
-#pragma unroll
-    for (int c = 0; c < 8; ++c)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) keep(av[c][r]);
-#endif
-#pragma unroll
-    for (int i = 0; i < NT * 4; ++i) keep(acc[i]);
+    keep(av);
+    keep(acc);
     let_next_kernel_start();
 
     u16* ya = y + (i64)a * sya;

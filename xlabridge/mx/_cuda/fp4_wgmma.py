@@ -150,15 +150,19 @@ def _name(config: Config, nt: int, bias: int, has_ids: bool) -> str:
 def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True) -> bytes:
     """The kernel's binary for ``sm_90a``: from ``_runtime``'s disk cache or NVRTC (``cached``), or
     NVRTC's alone."""
-    name = _name(config, nt, bias, has_ids)
     build = _runtime.cached_cubin if cached else _runtime.compile_cubin
-    return build(source(nt), name, "90a", _options(config, nt, bias, has_ids, name))
+    return build(*_compile_args(config, nt, bias, has_ids))
 
 
 def report(config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.PtxasReport:
     """``ptxas``'s registers, spills and warnings for ``binary``'s kernel (a compile of its own)."""
+    return _runtime.ptxas_report(*_compile_args(config, nt, bias, has_ids))
+
+
+def _compile_args(config: Config, nt: int, bias: int, has_ids: bool) -> tuple[str, str, str, list[str]]:
+    """``_runtime``'s compile arguments for the kernel: source, name, architecture, options."""
     name = _name(config, nt, bias, has_ids)
-    return _runtime.ptxas_report(source(nt), name, "90a", _options(config, nt, bias, has_ids, name))
+    return source(nt), name, "90a", _options(config, nt, bias, has_ids, name)
 
 
 def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.Kernel:
