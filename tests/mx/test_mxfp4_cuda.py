@@ -67,14 +67,22 @@ def test_the_warpgroup_kernel_compiles_for_sm90a_with_its_mma_shape(config, nt, 
     assert f"m64n{8 * nt}k16" in fp4_wgmma.source(nt)
 
 
+def _ptxas_report_or_skip(config: fp4_wgmma.Config, nt: int) -> _runtime.PtxasReport:
+    """``fp4_wgmma.report``, skipped where this machine's NVRTC logs no ptxas report."""
+    _nvrtc_or_skip()
+    try:
+        return fp4_wgmma.report(config, nt, 0, False)
+    except _runtime.NoPtxasReport as error:
+        pytest.skip(str(error)[:300])
+
+
 @pytest.mark.parametrize("key, config", [pytest.param(key, config, id=_name(config, key)) for key, config in CANDIDATES
                                          if isinstance(config, fp4_wgmma.Config)])
 def test_no_warpgroup_candidate_spills_or_has_its_mmas_serialized_by_ptxas(key, config):
     """``ptxas``'s own report (``-v``) on every warpgroup candidate the tuning times: nothing spilled
     to local memory, and no MMA serialized (its ``C751x`` warnings: each MMA waited for before the
     next is issued, which undoes the kernel's pipelining)."""
-    _nvrtc_or_skip()
-    report = fp4_wgmma.report(config, key, 0, False)
+    report = _ptxas_report_or_skip(config, key)
     assert (report.spill_stores, report.spill_loads, report.warnings) == (0, 0, ()), report
 
 
@@ -82,11 +90,10 @@ def test_pairs_keeps_the_split_sums_in_fewer_registers_than_span_at_64_tokens():
     """At 64 tokens ``Pipeline.SPAN``'s registers are set by its split-K epilogue (an address per
     sum); ``PAIRS`` keeps the sums in its threads' order: fewer registers, room for four CTAs an SM
     (128 a thread) without a spill, where ``SPAN`` spills there."""
-    _nvrtc_or_skip()
-    span, pairs = (fp4_wgmma.report(fp4_wgmma.Config(1, 4, pipeline=p), 8, 0, False) for p in fp4_wgmma.Pipeline)
+    span, pairs = (_ptxas_report_or_skip(fp4_wgmma.Config(1, 4, pipeline=p), 8) for p in fp4_wgmma.Pipeline)
     assert pairs.registers < span.registers, (span, pairs)
     four = dict(min_blocks=4, slots=2)
-    span4, pairs4 = (fp4_wgmma.report(fp4_wgmma.Config(1, 4, pipeline=p, **four), 8, 0, False) for p in fp4_wgmma.Pipeline)
+    span4, pairs4 = (_ptxas_report_or_skip(fp4_wgmma.Config(1, 4, pipeline=p, **four), 8) for p in fp4_wgmma.Pipeline)
     assert span4.spill_stores > 0 and (pairs4.spill_stores, pairs4.spill_loads, pairs4.warnings) == (0, 0, ()), (span4, pairs4)
 
 

@@ -643,6 +643,19 @@ def _mx4_wgmma_variants(data: dict) -> list[str]:
     ]
 
 
+def _mx4_wgmma_pipelines(data: dict) -> list[str]:
+    pairs = lambda c: c.get("pipeline") == "pairs"  # noqa: E731
+    rows = _fastest_rows(data, [lambda c: not pairs(c), pairs,
+                                *(lambda c, n=n: pairs(c) and c["slots"] == n for n in (2, 3, 4))])
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}. Every configuration of the warpgroup kernel, the "
+        "fastest within the bound per pipeline: a whole span decoded and then its MMAs issued (span), or two K "
+        "chunks decoded while the MMAs of the two before run (pairs), with x's ring of 2, 3 or 4 slots:",
+        "",
+        *_table(["shape", "tokens", "bf16", "span", "pairs", "pairs, 2 slots", "3 slots", "4 slots"], rows),
+    ]
+
+
 def _mx4_wgmma_cluster(data: dict) -> list[str]:
     rows = _fastest_rows(data, [lambda c, n=n: c["cluster"] == n for n in (1, 2, 4)])
     return [
@@ -844,6 +857,11 @@ BENCHMARKS = (
               "Two variants of the warpgroup kernel that were not kept",
               "Each span's MMAs in two groups (one half of the span decoded while the other's MMAs run) and shorter "
               "rings of x, against the kernel as kept.", _mx4_wgmma_variants),
+    Benchmark("mx4_wgmma_pairs_h100.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma --tokens 16,32,64",
+              "The warpgroup kernel's two pipelines on the H100",
+              "Each span decoded whole and then its MMAs issued, against two K chunks decoded while the MMAs of "
+              "the two before run (fewer registers a thread, more CTAs an SM): the 17 to 64 token candidates come "
+              "from it.", _mx4_wgmma_pipelines),
     Benchmark("mx4_wgmma_cluster_h200.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma --tokens 16,32,64",
               "x shared by a cluster of CTAs: not kept",
               "The warpgroup kernel with x multicast to a thread block cluster of 2 or 4 row tiles, so that each span "

@@ -33,6 +33,11 @@ class CudaError(RuntimeError):
     """NVRTC or the CUDA driver returned an error (the message has its text, or NVRTC's log)."""
 
 
+class NoPtxasReport(CudaError):
+    """NVRTC compiled the kernel but its log has no ``ptxas -v`` report (some NVRTC builds leave the
+    log empty): the report cannot be read on this machine."""
+
+
 @functools.cache
 def nvrtc() -> ctypes.CDLL:
     """NVRTC: torch's wheel's copy where there is one, else the loader's."""
@@ -112,7 +117,8 @@ def ptxas_report(source: str, name: str, arch: str, options: Sequence[str]) -> P
     registers = re.search(r"Used (\d+) registers", log)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     if registers is None or spills is None:
-        raise CudaError(f"ptxas's report on {name} has no register or spill count:\n{log[-2000:]}")
+        raise NoPtxasReport(f"NVRTC {'.'.join(map(str, nvrtc_version()))} ({nvrtc()._name}) logged no ptxas report "
+                            f"on {name}: {log[-2000:]!r}")
     warnings = tuple(line.split("Potential Performance Loss:", 1)[1].strip()
                      for line in log.splitlines() if "Potential Performance Loss:" in line)
     return PtxasReport(int(registers.group(1)), int(spills.group(1)), int(spills.group(2)), warnings)

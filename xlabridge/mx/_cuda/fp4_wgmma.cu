@@ -33,7 +33,7 @@
 // y and sets the count back to zero.
 //
 // Configuration macros (set by the host): NT, WG, S, SLOTS, MINB, PAIRS, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
-// HAS_IDS, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
+// HAS_IDS, TRACE, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
 // operands spelled out) before this source.
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -50,6 +50,30 @@ template <class T, int N>
 __device__ __forceinline__ void keep(T (&v)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) keep(v[i]);
+}
+
+// TRACE 1 (a diagnostic build, never the one the library runs): warpgroup 0's first thread of each
+// CTA records where its time went (``fp4_wgmma.TRACE_FIELDS``): the global timer at its start, once
+// the previous kernel is done, after its main loop and at its end, and the SM's cycles spent waiting
+// for the weight's copies, for x's, for the MMAs, for the scale bytes, and in the main loop.
+#if TRACE
+#define TRACE_NOW(slot) \
+    if (threadIdx.x == 0) trace[(i64)blockIdx_linear * TRACE_SLOTS + (slot)] = globaltimer()
+#define TRACE_ZERO(slot) \
+    if (threadIdx.x == 0) trace[(i64)blockIdx_linear * TRACE_SLOTS + (slot)] = 0
+#define TIC(name) const long long tic_##name = clock64()
+#define TOC(name, slot) cycles[slot] += clock64() - tic_##name
+#else
+#define TRACE_NOW(slot)
+#define TRACE_ZERO(slot)
+#define TIC(name)
+#define TOC(name, slot)
+#endif
+#define TRACE_SLOTS 16
+__device__ __forceinline__ unsigned long long globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
 }
 
 // The mbarriers that count x's bulk copies in: one arrival (the copying thread's, with the bytes to
@@ -129,7 +153,8 @@ __device__ __forceinline__ float bias_of(const void* bias, i64 at) {
 extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     const u16* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ sc, const void* __restrict__ bias,
     const int* __restrict__ ids, u16* __restrict__ y, float* __restrict__ partial, int* __restrict__ locks, int M,
-    int N, int K, int per, int sxa, int swe, int swn, int sse, int ssn, int sya, int sym, int sbe) {
+    int N, int K, int per, int sxa, int swe, int swn, int sse, int ssn, int sya, int sym, int sbe,
+    unsigned long long* __restrict__ trace) {
     extern __shared__ __align__(128) uint4 xs[];  // x's ring (SLOTS spans), then the weight's (S stages)
     constexpr int THREADS = WG * 128;
     constexpr u32 CHUNK = 2 * NT * 128;  // bytes of x per K chunk of 16
@@ -142,6 +167,11 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     const int first = z * per, last = min(first + per, spans);
     const int whole = blocks >> 2;  // spans whose four blocks all exist
     const u32 base = shared_address(xs);
+#if TRACE
+    const i64 blockIdx_linear = ((i64)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    long long cycles[5] = {0, 0, 0, 0, 0};  // weight, x, MMAs, scales, the main loop
+#endif
+    TRACE_NOW(0);
 
     // This thread's rows: g and g + 8 of its warp's 16 (past N: row N - 1, not written).
     const int row = blockIdx.x * (64 * WG) + warp * 16 + g;
@@ -153,6 +183,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         }
     }
     after_previous_kernel();
+    TRACE_NOW(1);
     const i64 e = HAS_IDS ? (i64)ids[a] : (i64)a;
     const u8* wp[2];
     const u8* sp[2];
@@ -227,17 +258,23 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     u32 av[2][2][4];
     auto step = [&](const int J, int i) {
         const int at = first + i;
+        TIC(weight);
         copies_wait<S - 2>();
         u32 wv[2][4];
 #pragma unroll
         for (int h = 0; h < 2; ++h) load_shared(ring + (u32)((i % S) * 2 + h) * THREADS * 16, wv[h]);
+        TOC(weight, 0);
+        TIC(scales);
         const bool two = __any_sync(FULL_MASK, sv[J][0] > 128u || sv[J][1] > 128u);
+        TOC(scales, 3);
         const u32 span = base + (u32)(i % SLOTS) * SLOT;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             u32 (&set)[2][4] = av[q & 1];
+            TIC(mma);
             wgmma_wait<1>();
             keep(set);
+            TOC(mma, 2);
             if (q == 1) {
                 if (WG > 1) __syncthreads();
                 issue_x(at + SLOTS - 1);
@@ -246,7 +283,11 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
                 decode_pair<true>(wv, sv[J], q, set[0], set[1]);
             else
                 decode_pair<false>(wv, sv[J], q, set[0], set[1]);
-            if (q == 0) barrier_wait(bars + 8 * (i % SLOTS), (i / SLOTS) & 1);
+            if (q == 0) {
+                TIC(x);
+                barrier_wait(bars + 8 * (i % SLOTS), (i / SLOTS) & 1);
+                TOC(x, 1);
+            }
             wgmma_fence();
 #pragma unroll
             for (int h = 0; h < 2; ++h)
@@ -261,19 +302,28 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     u32 av[8][4];
     auto step = [&](const int J, int i) {  // J a literal at each call: the registers' indices are constants
         const int at = first + i;
+        TIC(mma);
         wgmma_wait<0>();
         keep(av);
+        TOC(mma, 2);
         if (WG > 1) __syncthreads();
         issue_x(at + SLOTS - 1);
+        TIC(weight);
         copies_wait<S - 2>();
         u32 wv[2][4];
 #pragma unroll
         for (int h = 0; h < 2; ++h) load_shared(ring + (u32)((i % S) * 2 + h) * THREADS * 16, wv[h]);
-        if (__any_sync(FULL_MASK, sv[J][0] > 128u || sv[J][1] > 128u))
+        TOC(weight, 0);
+        TIC(scales);
+        const bool two = __any_sync(FULL_MASK, sv[J][0] > 128u || sv[J][1] > 128u);
+        TOC(scales, 3);
+        if (two)
             decode_span<true>(wv, sv[J], av);
         else
             decode_span<false>(wv, sv[J], av);
+        TIC(x);
         barrier_wait(bars + 8 * (i % SLOTS), (i / SLOTS) & 1);
+        TOC(x, 1);
         wgmma_fence();
         const u32 span = base + (u32)(i % SLOTS) * SLOT;
 #pragma unroll
@@ -285,6 +335,8 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     };
 #endif
     const int count = last - first;
+    TRACE_NOW(2);
+    TIC(loop);
     for (int i = 0; i < count; i += 2) {
         step(0, i);
         if (i + 1 < count) step(1, i + 1);
@@ -292,6 +344,18 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     wgmma_wait<0>();
     keep(av);
     keep(acc);
+    TOC(loop, 4);
+    TRACE_NOW(3);
+#if TRACE
+    if (threadIdx.x == 0)
+        for (int c = 0; c < 5; ++c) trace[blockIdx_linear * TRACE_SLOTS + 6 + c] = (unsigned long long)cycles[c];
+    if (threadIdx.x == 0) {
+        u32 sm;
+        asm volatile("mov.u32 %0, %smid;" : "=r"(sm));
+        trace[blockIdx_linear * TRACE_SLOTS + 11] = sm;
+        trace[blockIdx_linear * TRACE_SLOTS + 12] = (unsigned long long)count;
+    }
+#endif
     let_next_kernel_start();
 
     u16* ya = y + (i64)a * sya;
@@ -316,7 +380,11 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
             if (is_last) *count = 0;
         }
         __syncthreads();
-        if (!is_last) return;
+        if (!is_last) {
+            TRACE_NOW(4);
+            TRACE_ZERO(5);
+            return;
+        }
         __threadfence();
         // Split by split, each adding all of this thread's sums (their loads in flight together), so
         // that every sum is taken in split order.
@@ -347,4 +415,6 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     each_output(row, t, M, N, [&](int i, int n, int token) {
         ya[(i64)token * sym + n] = to_bf16(acc[i] + add[(n - row) >> 3]);
     });
+    TRACE_NOW(5);
+    TRACE_ZERO(4);
 }

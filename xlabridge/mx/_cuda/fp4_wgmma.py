@@ -133,25 +133,25 @@ def source(nt: int) -> str:
     return COMMON.read_text() + _wgmma_chunk(nt) + "\n" + SOURCE.read_text()
 
 
-def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str) -> list[str]:
+def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, trace: bool) -> list[str]:
     macros = {"NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": config.slots, "MINB": config.min_blocks,
               "PAIRS": int(config.pipeline is Pipeline.PAIRS), "HAS_BIAS": bias, "HAS_IDS": int(has_ids),
-              "PREFETCH": fp4_decode.PREFETCH_SPANS, "KERNEL": name}
+              "PREFETCH": fp4_decode.PREFETCH_SPANS, "TRACE": int(trace), "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
-def _name(config: Config, nt: int, bias: int, has_ids: bool) -> str:
+def _name(config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False) -> str:
     pairs = "_p" if config.pipeline is Pipeline.PAIRS else ""
     slots = "" if config.slots == SLOTS else f"_x{config.slots}"
     return (f"mxfp4_wgmma_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}{pairs}{slots}"
-            f"_{bias}{int(has_ids)}")
+            f"_{bias}{int(has_ids)}{'_t' if trace else ''}")
 
 
-def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True) -> bytes:
+def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True, trace: bool = False) -> bytes:
     """The kernel's binary for ``sm_90a``: from ``_runtime``'s disk cache or NVRTC (``cached``), or
-    NVRTC's alone."""
+    NVRTC's alone; ``trace``: the diagnostic build that records ``TRACE_FIELDS`` per CTA."""
     build = _runtime.cached_cubin if cached else _runtime.compile_cubin
-    return build(*_compile_args(config, nt, bias, has_ids))
+    return build(*_compile_args(config, nt, bias, has_ids, trace))
 
 
 def report(config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.PtxasReport:
@@ -159,15 +159,28 @@ def report(config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.PtxasR
     return _runtime.ptxas_report(*_compile_args(config, nt, bias, has_ids))
 
 
-def _compile_args(config: Config, nt: int, bias: int, has_ids: bool) -> tuple[str, str, str, list[str]]:
+def _compile_args(config: Config, nt: int, bias: int, has_ids: bool,
+                  trace: bool = False) -> tuple[str, str, str, list[str]]:
     """``_runtime``'s compile arguments for the kernel: source, name, architecture, options."""
-    name = _name(config, nt, bias, has_ids)
-    return source(nt), name, "90a", _options(config, nt, bias, has_ids, name)
+    name = _name(config, nt, bias, has_ids, trace)
+    return source(nt), name, "90a", _options(config, nt, bias, has_ids, name, trace)
 
 
-def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.Kernel:
+def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False) -> _runtime.Kernel:
     """``binary``'s result loaded into the current context."""
-    return _runtime.Kernel(code, _name(config, nt, bias, has_ids), SHARED_BYTES)
+    return _runtime.Kernel(code, _name(config, nt, bias, has_ids, trace), SHARED_BYTES)
+
+
+TRACE_SLOTS = 16
+"""int64 values a ``trace`` build records per CTA, indexed by ``TRACE_FIELDS``."""
+TRACE_FIELDS = {"start_ns": 0, "previous_done_ns": 1, "loop_start_ns": 2, "loop_end_ns": 3, "left_ns": 4,
+                "end_ns": 5, "weight_cycles": 6, "x_cycles": 7, "mma_cycles": 8, "scale_cycles": 9,
+                "loop_cycles": 10, "sm": 11, "spans": 12}
+"""Where a ``trace`` build's CTA (its first thread) records: the global timer (ns) at its start, once
+the previous kernel is done, at its main loop's start and end, when it leaves without writing ``y``
+(a split that is not its tile's last; else 0) and at its end (else 0); the SM's cycles in its main
+loop waiting for the weight's copies, ``x``'s, the MMAs and the scale bytes, and in the whole loop;
+its SM and its spans of ``K``."""
 
 
 def ring_bytes(config: Config) -> int:
@@ -242,9 +255,10 @@ def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Ten
 
 def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor,
                   ids: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor,
-                  dependent: bool = True) -> torch.Tensor:
+                  dependent: bool = True, trace: torch.Tensor | None = None) -> torch.Tensor:
     """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build);
-    ``dependent``: launched to overlap the stream's previous kernel (``_runtime.Kernel``)."""
+    ``dependent``: launched to overlap the stream's previous kernel (``_runtime.Kernel``); ``trace``:
+    for a ``trace`` build, int64 ``[CTAs, TRACE_SLOTS]`` it fills (``TRACE_FIELDS``)."""
     A, M, K = x.shape
     N = data.shape[-2]
     nt = fp4_decode.token_tiles(M)
@@ -256,6 +270,6 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
     counts = arrival_counts(x.device, A * tiles)
     run((tiles, A, split), (config.threads, 1, 1),
         [x, data, scale, bias, ids, y, partial, counts, M, N, K, per, x.stride(0), data.stride(0), data.stride(1),
-         scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],
+         scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0), trace],
         torch.cuda.current_stream(x.device).cuda_stream, shared_bytes(config, nt), dependent)
     return y

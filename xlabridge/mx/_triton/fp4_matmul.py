@@ -89,16 +89,16 @@ def _decode(*configs: fp4_decode.Config | fp4_wgmma.Config) -> tuple[Config, ...
     return tuple(Config("cuda", decode=c) for c in configs)
 
 
-_D, _W = fp4_decode.Config, fp4_wgmma.Config
+_D, _W, _PAIRS = fp4_decode.Config, fp4_wgmma.Config, fp4_wgmma.Pipeline.PAIRS
 DECODE: dict[int, tuple[Config, ...]] = {
     1: _decode(_D(1, 1, 8, 1, min_blocks=4), _D(1, 1, 16, 1, min_blocks=2), _D(2, 1, 4, 1, True), _D(2, 1, 4, 1),
                _D(2, 2, 4, 1, True)),
     2: _decode(_D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 16, 1), _D(2, 1, 4, 1, x_paired=True),
-               _D(2, 1, 8, 1, True), _D(2, 1, 8, 1)),
-    4: _decode(_W(2, 4, 1, 1), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 8, 4),
-               _W(2, 4, 1, 2), _D(4, 1, 4, 1)),
+               _D(2, 1, 8, 1, True), _D(2, 1, 8, 1), _W(2, 4, 1, 2)),
+    4: _decode(_W(2, 4, 1, 1, _PAIRS, 2), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 8, 4),
+               _W(1, 8, 2, 2, _PAIRS, 3), _D(4, 1, 4, 1)),
     8: _decode(_W(1, 4, 1, 1), _D(1, 2, 4, 1, True, x_paired=True), _D(2, 1, 4, 1, True, x_paired=True),
-               _W(1, 4, 1, 2), _D(1, 1, 4, 1, True, x_paired=True)),
+               _W(1, 4, 2, 1, _PAIRS, 3), _W(2, 4, 1, 1, _PAIRS, 2), _D(1, 1, 4, 1, True, x_paired=True)),
 }
 """The CUDA decode kernels' candidates per number of 8-row token tiles, rounded up to a key here
 (3 takes 4's, 5 to 7 take 8's): the fewest configurations that come near the fastest on every shape
