@@ -33,7 +33,7 @@
 // y and sets the count back to zero.
 //
 // Configuration macros (set by the host): NT, WG, S, SLOTS, MINB, PAIRS, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
-// HAS_IDS, TRACE, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
+// HAS_IDS, TILED (the weight's bytes packed by ``fp4_wgmma.tile_weight``), TRACE, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
 // operands spelled out) before this source.
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -175,11 +175,20 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
 
     // This thread's rows: g and g + 8 of its warp's 16 (past N: row N - 1, not written).
     const int row = blockIdx.x * (64 * WG) + warp * 16 + g;
+#if TILED
+    // The weight packed per 64-row tile and span (``fp4_wgmma.tile_weight``): 4 KB a span, thread i
+    // of the warpgroup's 32 bytes at 32 i (its rows g and g + 8, block t).
+    const int tile = blockIdx.x * WG + (warp >> 2), lid = threadIdx.x & 127;
+    if (!HAS_IDS && lid == 0)
+        prefetch_l2(w + a * (i64)swe + ((i64)tile * spans + first) * 4096, 4096u * (u32)max(min(last - first, PREFETCH), 0));
+#endif
     if (!HAS_IDS && t == 0) {  // the expert's id is another kernel's output
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const i64 n = min(row + 8 * h, N - 1);
-            prefetch_row(w + a * (i64)swe + n * swn, sc + a * (i64)sse + n * ssn, first, last);
+            prefetch_row(TILED ? nullptr : w + a * (i64)swe + n * swn, sc + a * (i64)sse + n * ssn, first,
+                         TILED ? first : last);
+            if (TILED && first < last) prefetch_line(sc + a * (i64)sse + n * ssn + 4 * first);
         }
     }
     after_previous_kernel();
@@ -190,7 +199,11 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const i64 n = min(row + 8 * h, N - 1);
+#if TILED
+        wp[h] = w + e * swe + ((i64)tile * spans + first) * 4096 + lid * 32 + 16 * h;
+#else
         wp[h] = w + e * swe + n * swn + 16 * (4 * first + t);
+#endif
         sp[h] = sc + e * sse + n * ssn + 4 * first + t;
     }
     // The weight streams through a ring of S stages in shared memory by asynchronous copies, S - 1
@@ -199,11 +212,11 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     const u32 ring = base + SLOTS * SLOT + threadIdx.x * 16;
     auto issue_span = [&](int at, int stage) {
         if (at < last) {
-            const bool ok = at < whole || 4 * at + t < blocks;
+            const bool ok = TILED || at < whole || 4 * at + t < blocks;  // TILED: K padded with zeros
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 copy_weight(ring + (u32)(stage * 2 + h) * THREADS * 16, ok ? (const void*)wp[h] : w, ok ? 16u : 0u);
-                wp[h] += 64;
+                wp[h] += TILED ? 4096 : 64;
             }
         }
         copies_commit();  // empty past the last span: the count of groups in flight stays S - 1
