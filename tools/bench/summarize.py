@@ -656,6 +656,54 @@ def _mx4_wgmma_pipelines(data: dict) -> list[str]:
     ]
 
 
+def _mx4_read_pattern(data: dict) -> list[str]:
+    cells: dict[tuple, dict] = {}
+    for r in data["rows"]:
+        cells.setdefault((r["shape"], r["wg"], r["stages"], r["per_sm"]), {"ctas": r["ctas"]})[r["layout"]] = r
+    rows = [[shape, 64 * wg, stages, per_sm, c["ctas"],
+             *(f"{_time(c[lay]['ms'])} ({c[lay]['share']:.2f}, {c[lay]['resident']}/SM)" if lay in c else "-"
+               for lay in ("rows", "tiles"))]
+            for (shape, wg, stages, per_sm), c in cells.items()]
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}; a 1 GiB copy ran at {data['copy_GBps']:.0f} GB/s. The "
+        "warpgroup kernel's weight copies alone (nothing decoded, no MMA) on the weight as stored (rows) and packed "
+        "per 64-row tile and span (tiles), per CTA size, ring depth and split-K aim: the time, and in brackets the "
+        "read rate as a share of the copy's and the CTAs an SM holds:",
+        "",
+        *_table(["shape", "rows a CTA", "stages", "split-K to /SM", "CTAs", "as stored", "tiles"], rows),
+    ]
+
+
+def _mx4_wgmma_trace(data: dict) -> list[str]:
+    rows = []
+    for r in data["rows"]:
+        c = r["config"]
+        shares = r["loop_shares"]
+        config = _decode_config({"kernel": "fp4_wgmma", **c})
+        per_sm = ", ".join(f"{k}/SM: {n} SMs" for k, n in r["ctas_per_sm"].items())
+        tiled = r.get("tiled")
+        rows.append([r["shape"], r["tokens"], config, _time(r["ms"]), _time(r["traced_ms"]), f"{r['ctas']} ({per_sm})",
+                     f"{r['start_us_p0_50_90_100'][3]:.1f}", f"{r['prologue_us_p50']:.1f}",
+                     f"{r['loop_ns_per_span_p50']:.0f} ns × {r['spans_p50']:.0f}",
+                     " / ".join(f"{shares[k]:.2f}" for k in ("weight", "x", "mma", "scale")),
+                     f"{r['epilogue_us_last_p50'] or 0:.1f} / {r['epilogue_us_other_p50'] or 0:.1f}",
+                     f"{r['span_us']:.1f}",
+                     _time(r["tiled_ms"]) + ("" if r.get("tiled_bits_equal", True) else " ✗") if "tiled_ms" in r else "-",
+                     f"{tiled['loop_ns_per_span_p50']:.0f} ns" if tiled else "-"])
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}. Each configuration's plain build and its traced build "
+        "(`fp4_wgmma`'s `trace`: one thread a CTA records the global timer and the SM's cycles) timed as "
+        "`mx4_linear.py` times them; from the traced build's last replay: CTAs (and how many SMs ran 1, 2, ... of "
+        "them, by CTAs an SM ran), the last CTA's start after the first's (µs), the prologue (µs, median), the main loop's time per "
+        "span × spans, its cycles waiting for the weight / x / the MMAs / the scale bytes (shares of the loop), "
+        "the split-K epilogue of a tile's last CTA / of the others (µs) and the kernel's span from the first start "
+        "to the last end (µs); and the build reading the weight packed per tile and span (✗: not the same bits):",
+        "",
+        *_table(["shape", "tokens", "configuration", "time", "traced", "CTAs (per SM: SMs)", "last start", "prologue",
+                 "loop", "waits w / x / mma / scale", "epilogue", "span", "tiled", "tiled loop"], rows),
+    ]
+
+
 def _mx4_wgmma_cluster(data: dict) -> list[str]:
     rows = _fastest_rows(data, [lambda c, n=n: c["cluster"] == n for n in (1, 2, 4)])
     return [
