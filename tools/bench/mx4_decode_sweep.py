@@ -56,14 +56,17 @@ def decode_configs(nt: int) -> list[fp4_decode.Config]:
     return [c for c in out if c.fits(nt)]
 
 
-def wgmma_configs(nt: int) -> list[fp4_wgmma.Config]:
-    """The warpgroup kernel's: one or two warpgroups a CTA, the weight's ring of 4 or 8 stages, split-K
-    aimed at 1 to 8 CTAs per SM, the register budget cut for two or four CTAs per SM (warpgroups) or not;
-    the MMAs fed a span at a time (``x`` in 4 slots) or two chunks at a time (``x`` in 2, 3 or 4 slots:
-    its fewer registers leave shared memory bounding the CTAs per SM)."""
+def wgmma_configs(nt: int, groups: tuple[int, ...] = (1,)) -> list[fp4_wgmma.Config]:
+    """The warpgroup kernel's: one or two warpgroups a CTA, the weight's ring of 4 or 8 stages of a
+    span (of 2 or 3 stages of each of ``groups``' spans, copied together), split-K aimed at 1 to 8 CTAs
+    per SM, the register budget cut for two or four CTAs per SM (warpgroups) or not; the MMAs fed a span
+    at a time (``x`` in 4 slots) or two chunks at a time (``x`` in 2, 3 or 4 slots: its fewer
+    registers leave shared memory bounding the CTAs per SM)."""
     pipelines = [(fp4_wgmma.Pipeline.SPAN, 4)] + [(fp4_wgmma.Pipeline.PAIRS, slots) for slots in (2, 3, 4)]
-    return [fp4_wgmma.Config(wg, stages, per_sm, blocks, pipeline, slots) for wg in (1, 2) for stages in (4, 8)
-            for per_sm in (1, 2, 4, 8) for blocks in ((1, 2, 4) if wg == 1 else (1, 2)) for pipeline, slots in pipelines]
+    rings = [(stages, group) for group in groups for stages in ((4, 8) if group == 1 else (2, 3))]
+    return [fp4_wgmma.Config(wg, stages, per_sm, blocks, pipeline, slots, group) for wg in (1, 2)
+            for stages, group in rings for per_sm in (1, 2, 4, 8) for blocks in ((1, 2, 4) if wg == 1 else (1, 2))
+            for pipeline, slots in pipelines]
 
 
 def candidate_configs(nt: int) -> list:
@@ -120,6 +123,8 @@ def main() -> None:
                         help="launched to overlap the previous kernel (dependent), or not, or each config both ways")
     parser.add_argument("--prefetch", type=int, default=fp4_decode.PREFETCH_SPANS,
                         help="spans of a row brought into L2 before the previous kernel's end")
+    parser.add_argument("--groups", default="1", help="the warpgroup kernel's spans a stage of its ring (1,4: "
+                        "both)")
     parser.add_argument("--every", type=int, default=1, help="time every n-th configuration only (a quick check)")
     parser.add_argument("--seconds", type=float, default=480, help="stop timing new cases after this long")
     args = parser.parse_args()
@@ -136,7 +141,7 @@ def main() -> None:
     kernels = args.kernels.split(",")
     jobs = [(c, nt, 0, ids) for nt in nts
             for c in ((decode_configs(nt) if "decode" in kernels else [])[::args.every]
-                      + (wgmma_configs(nt) if "wgmma" in kernels else [])
+                      + (wgmma_configs(nt, tuple(int(g) for g in args.groups.split(","))) if "wgmma" in kernels else [])
                       + (candidate_configs(nt) if "candidates" in kernels else []))
             if not isinstance(c, fp4_wgmma.Config) or fp4_wgmma.available(dev)
             for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]

@@ -553,7 +553,8 @@ _PATHS = {"CUDA decode kernel": "CUDA", "CUDA warpgroup kernel": "CUDA wgmma", "
 def _decode_config(c: dict) -> str:
     """A decode kernel configuration in a few words: row tiles, warps, and how loads stay in flight."""
     if c.get("kernel") == "fp4_wgmma":
-        return (f"wgmma {64 * c['wg']}r, ring {c['stages']}, split-K to {c['per_sm']}/SM"
+        ring = f"{c['stages']}×{c['group']} spans" if c.get("group", 1) > 1 else f"{c['stages']}"
+        return (f"wgmma {64 * c['wg']}r, ring {ring}, split-K to {c['per_sm']}/SM"
                 + (f" ≥{c['min_blocks']}/SM" if c.get("min_blocks", 1) > 1 else "")
                 + (", pairs" if c.get("pipeline") == "pairs" else "")
                 + (f", x in {c['slots']}" if c.get("slots", 4) != 4 else ""))

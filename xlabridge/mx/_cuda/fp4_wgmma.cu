@@ -33,7 +33,7 @@
 // y and sets the count back to zero.
 //
 // Configuration macros (set by the host): NT, WG, S, SLOTS, MINB, PAIRS, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
-// HAS_IDS, TILED (the weight's bytes packed by ``fp4_wgmma.tile_weight``), TRACE, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
+// HAS_IDS, G (spans a stage of the weight's ring), TILED (the weight's bytes packed by ``fp4_wgmma.tile_weight``), TRACE, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
 // operands spelled out) before this source.
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -206,20 +206,42 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
 #endif
         sp[h] = sc + e * sse + n * ssn + 4 * first + t;
     }
-    // The weight streams through a ring of S stages in shared memory by asynchronous copies, S - 1
-    // spans in flight; a thread reads back only the 32 bytes it copied itself. Span `at` copied into
-    // `stage` (past K, in the span K ends inside: zeros), the pointers moved on.
+    // The weight streams through a ring of S stages in shared memory by asynchronous copies, each
+    // stage G spans (one commit group: a warp asks for 64 G contiguous bytes of each of its rows at
+    // once), S - 1 stages in flight; a thread reads back only the 32 bytes a span it copied itself.
+    // Group `q` (spans first + G q ..) copied into `stage` (past K, in the span K ends inside: zeros),
+    // the pointers moved on; span i read back from `weight_at(i)`.
     const u32 ring = base + SLOTS * SLOT + threadIdx.x * 16;
-    auto issue_span = [&](int at, int stage) {
-        if (at < last) {
-            const bool ok = TILED || at < whole || 4 * at + t < blocks;  // TILED: K padded with zeros
+    auto issue_group = [&](int q, int stage) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                copy_weight(ring + (u32)(stage * 2 + h) * THREADS * 16, ok ? (const void*)wp[h] : w, ok ? 16u : 0u);
-                wp[h] += TILED ? 4096 : 64;
+        for (int j = 0; j < G; ++j) {
+            const int at = first + G * q + j;
+            if (at < last) {
+                const bool ok = TILED || at < whole || 4 * at + t < blocks;  // TILED: K padded with zeros
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    copy_weight(ring + (u32)((stage * G + j) * 2 + h) * THREADS * 16, ok ? (const void*)wp[h] : w,
+                                ok ? 16u : 0u);
+                    wp[h] += TILED ? 4096 : 64;
+                }
             }
         }
         copies_commit();  // empty past the last span: the count of groups in flight stays S - 1
+    };
+    auto weight_at = [&](int i, int h) {
+        if constexpr (G == 1) return ring + (u32)((i % S) * 2 + h) * THREADS * 16;
+        return ring + (u32)((((i / G) % S) * G + i % G) * 2 + h) * THREADS * 16;
+    };
+    // Once span i is read back (its group's last span), the group S - 1 on copied into the stage the
+    // group before it left.
+    auto weight_wait = [&](int i) {
+        if (G == 1 || i % G == 0) copies_wait<S - 2>();
+    };
+    auto weight_next = [&](int i) {
+        if constexpr (G == 1)
+            issue_group(i + S - 1, (i + S - 1) % S);
+        else if (i % G == G - 1)
+            issue_group(i / G + S - 1, (i / G + S - 1) % S);
     };
     auto load_scales = [&](u32 (&sv)[2], int at) {
         const bool ok = at < last && (at < whole || 4 * at + t < blocks);
@@ -255,7 +277,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     // scale bytes loaded.
     for (int j = 0; j < SLOTS - 1; ++j) issue_x(first + j);
 #pragma unroll
-    for (int j = 0; j < S - 1; ++j) issue_span(first + j, j);
+    for (int j = 0; j < S - 1; ++j) issue_group(j, j);
     load_scales(sv[0], first);
 
     // Span first + i (J = i mod 2, for the registers' indices): once the MMAs of span i - 1 are done
@@ -272,10 +294,10 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     auto step = [&](const int J, int i) {
         const int at = first + i;
         TIC(weight);
-        copies_wait<S - 2>();
+        weight_wait(i);
         u32 wv[2][4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) load_shared(ring + (u32)((i % S) * 2 + h) * THREADS * 16, wv[h]);
+        for (int h = 0; h < 2; ++h) load_shared(weight_at(i, h), wv[h]);
         TOC(weight, 0);
         TIC(scales);
         const bool two = __any_sync(FULL_MASK, sv[J][0] > 128u || sv[J][1] > 128u);
@@ -308,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
                             descriptor(span + (2 * q + h) * CHUNK, NT * 128, 128));
             wgmma_commit();
         }
-        issue_span(at + S - 1, (i + S - 1) % S);
+        weight_next(i);
         load_scales(sv[1 - J], at + 1);
     };
 #else
@@ -322,10 +344,10 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         if (WG > 1) __syncthreads();
         issue_x(at + SLOTS - 1);
         TIC(weight);
-        copies_wait<S - 2>();
+        weight_wait(i);
         u32 wv[2][4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) load_shared(ring + (u32)((i % S) * 2 + h) * THREADS * 16, wv[h]);
+        for (int h = 0; h < 2; ++h) load_shared(weight_at(i, h), wv[h]);
         TOC(weight, 0);
         TIC(scales);
         const bool two = __any_sync(FULL_MASK, sv[J][0] > 128u || sv[J][1] > 128u);
@@ -343,7 +365,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         for (int c = 0; c < 8; ++c)
             wgmma_chunk(acc, av[c][0], av[c][1], av[c][2], av[c][3], descriptor(span + c * CHUNK, NT * 128, 128));
         wgmma_commit();
-        issue_span(at + S - 1, (i + S - 1) % S);
+        weight_next(i);
         load_scales(sv[1 - J], at + 1);
     };
 #endif

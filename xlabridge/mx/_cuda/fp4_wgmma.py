@@ -56,7 +56,9 @@ class Config:
     that split-K aims at (``K`` is split across CTAs until the grid has that many, or each split has
     one span); ``min_blocks``: CTAs per SM the register budget is cut for; ``pipeline``: how the MMAs
     are fed (``Pipeline``); ``slots``: the ring of ``x``'s spans (``slots - 1`` in flight), whose
-    shared memory, with the registers, bounds the CTAs per SM."""
+    shared memory, with the registers, bounds the CTAs per SM; ``group``: spans of the weight a stage
+    holds, copied together (a warp asks for ``64 group`` contiguous bytes of each of its rows at once,
+    ``(stages - 1) group`` spans in flight)."""
 
     wg: int = 1
     stages: int = 4
@@ -64,9 +66,10 @@ class Config:
     min_blocks: int = 1
     pipeline: Pipeline = Pipeline.SPAN
     slots: int = SLOTS
+    group: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("wg", "stages", "per_sm", "min_blocks", "slots"):
+        for name in ("wg", "stages", "per_sm", "min_blocks", "slots", "group"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"fp4_wgmma.Config: {name} must be a positive int, got {value!r}")
@@ -82,7 +85,8 @@ class Config:
         if self.slots < 2:
             raise ValueError(f"fp4_wgmma.Config: slots must be at least 2 (one span of x in flight), got {self.slots!r}")
         if shared_bytes(self, 8) > SHARED_BYTES:
-            raise ValueError(f"fp4_wgmma.Config: the weight's ring ({self.stages} stages of {self.wg} warpgroups) "
+            raise ValueError(f"fp4_wgmma.Config: the weight's ring ({self.stages} stages of {self.group} spans of {self.wg} "
+                             f"warpgroups) "
                              f"and x's ({self.slots} slots at 64 tokens) must fit {SHARED_BYTES} bytes of shared memory")
 
     @property
@@ -136,14 +140,14 @@ def source(nt: int) -> str:
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, trace: bool, tiled: bool) -> list[str]:
     macros = {"NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": config.slots, "MINB": config.min_blocks,
               "PAIRS": int(config.pipeline is Pipeline.PAIRS), "HAS_BIAS": bias, "HAS_IDS": int(has_ids),
-              "PREFETCH": fp4_decode.PREFETCH_SPANS, "TRACE": int(trace), "TILED": int(tiled),
+              "PREFETCH": fp4_decode.PREFETCH_SPANS, "G": config.group, "TRACE": int(trace), "TILED": int(tiled),
               "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
 def _name(config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False, tiled: bool = False) -> str:
     pairs = "_p" if config.pipeline is Pipeline.PAIRS else ""
-    slots = "" if config.slots == SLOTS else f"_x{config.slots}"
+    slots = ("" if config.slots == SLOTS else f"_x{config.slots}") + ("" if config.group == 1 else f"_r{config.group}")
     return (f"mxfp4_wgmma_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}{pairs}{slots}"
             f"_{bias}{int(has_ids)}{'_t' if trace else ''}{'_w' if tiled else ''}")
 
@@ -201,8 +205,8 @@ its SM and its spans of ``K``."""
 
 
 def ring_bytes(config: Config) -> int:
-    """The weight's ring in shared memory: 32 bytes per thread and stage."""
-    return config.stages * config.threads * 32
+    """The weight's ring in shared memory: 32 bytes per thread and span of a stage."""
+    return config.stages * config.group * config.threads * 32
 
 
 @functools.cache
