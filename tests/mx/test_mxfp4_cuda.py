@@ -108,6 +108,17 @@ def test_split_k_fills_the_sms_and_keeps_a_span_per_split(tiles, k, per_sm):
     assert tiles * split >= per_sm * 132 or per <= 2
 
 
+@pytest.mark.parametrize("tiles, k", [(8, 1952), (1, 14336), (45, 2880)])
+def test_splits_added_in_a_cluster_stay_within_the_portable_cluster(tiles, k):
+    """``Sums.CLUSTER`` launches a row tile's splits as one cluster: never more than ``MAX_CLUSTER``
+    (8, what every Hopper GPU launches), where the global sums split as far as the SMs ask."""
+    config = dict(per_sm=8)
+    split, per = fp4_wgmma.splits(fp4_wgmma.Config(**config, sums="cluster"), tiles, k, 132)
+    unbounded, _ = fp4_wgmma.splits(fp4_wgmma.Config(**config), tiles, k, 132)
+    assert split == min(unbounded, 8) and fp4_wgmma.MAX_CLUSTER == 8
+    assert (split - 1) * per < -(-k // 128) <= split * per
+
+
 _ON = [pytest.param("cpu", id="torch"),
        pytest.param("cuda", id="kernel", marks=pytest.mark.skipif(not HOPPER, reason="x_order.cu needs a CUDA GPU of "
                                                                   "compute capability 9.0 or newer (the device machine)"))]
@@ -158,6 +169,7 @@ def test_tile_weight_puts_each_byte_where_a_tiled_build_s_threads_copy_it():
     ({"pipeline": "chunks"}, "pipeline must be one of"),
     ({"slots": 1}, "slots must be at least 2"),
     ({"slots": True}, "slots must be a positive int"),
+    ({"sums": "shared"}, "sums must be one of \\['global', 'cluster'\\]"),
     ({"wg": 4, "stages": 4, "slots": 12}, "must fit"),
 ])
 def test_bad_warpgroup_configurations_say_which_field_and_what_was_expected(kwargs, message):
@@ -170,6 +182,8 @@ def test_bad_warpgroup_configurations_say_which_field_and_what_was_expected(kwar
     ({"stages": 1}, "stages must be 0"),
     ({"x_async": True}, "x_async needs stages"),
     ({"wn": 8, "wk": 8}, "at most 1024"),
+    ({"stages": 4, "x_early": True}, "x_early must be None, or a bool on the registers path"),
+    ({"x_early": 1}, "x_early must be None, or a bool"),
 ])
 def test_bad_configurations_say_which_field_and_what_was_expected(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -228,17 +242,20 @@ def test_each_candidate_against_the_spec_with_extreme_scales(key, config):
                          [(1, 4, 1, 61, 2), (2, 8, 2, 61, 8), (1, 2, 3, 4, 1), (2, 4, 8, 61, 4), (1, 8, 8, 5, 1)],
                          ids=["n8-split", "n16-two-warpgroups-split", "n24-one-span", "n64-split", "n64-two-spans"])
 @pytest.mark.parametrize("pipeline", list(fp4_wgmma.Pipeline), ids=[p.value for p in fp4_wgmma.Pipeline])
-def test_the_warpgroup_kernel_against_the_spec_split_and_not(wg, stages, nt, blocks, per_sm, pipeline):
+@pytest.mark.parametrize("sums", list(fp4_wgmma.Sums), ids=[s.value for s in fp4_wgmma.Sums])
+def test_the_warpgroup_kernel_against_the_spec_split_and_not(wg, stages, nt, blocks, per_sm, pipeline, sums):
     """The warpgroup kernel at ``8 nt - 3`` rows (a partial token tile), K cut to ``blocks`` blocks
     (61: sixteen spans, the last of one block; 5: two spans, the second of one block: both split across
     CTAs at this N; 4: one span, not split), with expert ids and a bias, the MMAs fed a span or two
-    chunks at a time (``Pipeline``); run twice, so that the split's
-    arrival counts are seen back at zero, and the two results bitwise equal (a fixed order of sums)."""
+    chunks at a time (``Pipeline``), the splits' sums added through global memory or a cluster's
+    shared memory (``Sums``); run twice, so that the split's arrival counts are seen back at zero,
+    and the two results bitwise equal (a fixed order of sums)."""
     rows = 8 * nt - 3
     x, data, scale, ids = _operands(rows, 500 + nt)
     x, data, scale = x[..., :32 * blocks], data[..., :16 * blocks].contiguous(), scale[..., :blocks].contiguous()
     bias = torch.randn(3, 200, generator=torch.Generator().manual_seed(nt)).to(torch.bfloat16 if nt % 2 else torch.float32)
-    config = fp4_wgmma.Config(wg, stages, per_sm, pipeline=pipeline, slots=2 if pipeline is fp4_wgmma.Pipeline.PAIRS else 4)
+    config = fp4_wgmma.Config(wg, stages, per_sm, pipeline=pipeline, slots=2 if pipeline is fp4_wgmma.Pipeline.PAIRS else 4,
+                              sums=sums)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     split, _ = fp4_wgmma.splits(config, 2 * -(-200 // config.rows), 32 * blocks, sms)
     assert (split > 1) == (blocks > 4)
@@ -265,6 +282,27 @@ def test_both_pipelines_give_the_same_bits(nt, per_sm):
     args = (x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), None)
     out = [fp4_wgmma.launch(fp4_wgmma.Config(1, 4, per_sm, pipeline=p, slots=3), *args,
                             torch.empty(2, 8 * nt - 1, 200, dtype=torch.bfloat16, device="cuda")) for p in fp4_wgmma.Pipeline]
+    assert torch.equal(out[0].view(torch.int16), out[1].view(torch.int16))
+
+
+@pytest.mark.skipif(not WARPGROUP,
+                    reason="needs a Hopper GPU (compute capability 9.0: the warpgroup MMA; the device machine)")
+@pytest.mark.parametrize("pipeline", list(fp4_wgmma.Pipeline))
+@pytest.mark.parametrize("nt, blocks, split", [(8, 29, 8), (2, 13, 4), (8, 5, 2)],
+                         ids=["n64-eight-splits", "n16-four-splits", "n64-two-splits"])
+def test_splits_summed_in_a_cluster_give_the_global_sums_bits(pipeline, nt, blocks, split):
+    """The cluster's CTA 0 adds the splits' sums from their shared memory in the order the global
+    path adds them from L2: bitwise the same ``y`` (K cut to ``blocks`` blocks: as many splits both
+    ways, the last span partial), the cluster as many CTAs as the splits."""
+    x, data, scale, ids = _operands(8 * nt - 1, 640 + nt)
+    x, data, scale = x[..., :32 * blocks], data[..., :16 * blocks].contiguous(), scale[..., :blocks].contiguous()
+    args = (x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), None)
+    configs = [fp4_wgmma.Config(1, 4, 8, pipeline=pipeline, slots=3, sums=s) for s in fp4_wgmma.Sums]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert [fp4_wgmma.splits(c, 2 * 4, 32 * blocks, sms)[0] for c in configs] == [split, split]
+    out = [fp4_wgmma.launch(c, *args, torch.empty(2, 8 * nt - 1, 200, dtype=torch.bfloat16, device="cuda"))
+           for c in configs]
+    assert_within_bf16_of(out[1].cpu(), _exact(x, data, scale, ids, None))
     assert torch.equal(out[0].view(torch.int16), out[1].view(torch.int16))
 
 
@@ -427,14 +465,15 @@ def test_x_order_says_when_x_has_more_rows_than_its_token_tiles():
         x_order.order(torch.zeros(1, 9, 32, dtype=torch.bfloat16), x_order.Layout.WGMMA, 1)
 
 
-def test_the_dependent_launch_attribute_is_laid_out_as_the_driver_reads_it():
+def test_the_launch_attributes_are_laid_out_as_the_driver_reads_them():
     """``CUlaunchAttribute`` and ``CUlaunchConfig`` as cuda.h lays them out on x86-64: the id, 4 bytes
-    of padding, a 64-byte value (here the int 1); seven uints, the stream at 32, the attributes at 40,
-    their count at 48, 56 bytes in all."""
+    of padding, a 64-byte value (the dependent launch's int 1; a cluster's dimensions, three uints);
+    seven uints, the stream at 32, the attributes at 40, their count at 48, 56 bytes in all."""
     import ctypes
     import struct
 
-    assert bytes(_runtime._DEPENDENT[0]) == struct.pack("<III", 6, 0, 1) + bytes(60)
+    assert bytes(_runtime._attribute(6, 1)) == struct.pack("<III", 6, 0, 1) + bytes(60)
+    assert bytes(_runtime._attribute(4, 1, 1, 4)) == struct.pack("<IIIII", 4, 0, 1, 1, 4) + bytes(52)
     assert ctypes.sizeof(_runtime._LaunchConfig) == 56
     assert (_runtime._LaunchConfig.stream.offset, _runtime._LaunchConfig.attributes.offset,
             _runtime._LaunchConfig.count.offset) == (32, 40, 48)

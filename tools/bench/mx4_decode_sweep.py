@@ -37,11 +37,12 @@ WARPS = ((1, 4), (1, 8), (1, 16), (2, 4))
 """(wn, wk): warps along N sharing x through L1, and splitting K."""
 
 
-def decode_configs(nt: int) -> list[fp4_decode.Config]:
+def decode_configs(nt: int, x_early: tuple[bool | None, ...] = (None,)) -> list[fp4_decode.Config]:
     """The register path's shapes: row tiles a warp (four from 16 tokens), spans a step (four from
     32 tokens) or the next step's loads first; the ring's depths, with ``x`` through the ring or
     through L1 (through L1 only from 32 tokens); each with the register budget cut for more CTAs per
-    SM too; from 16 tokens, ``x`` paired by the host (one span a step)."""
+    SM too; from 16 tokens, ``x`` paired by the host (one span a step); up to 16 tokens, the register
+    path's ``x`` loaded with the weight or through L1 as each of ``x_early`` says (``Config.x_early``)."""
     out = []
     steps = ((1, False), (2, False), (1, True)) + (((4, False),) if nt >= 4 else ())
     for rt, (wn, wk), (spans, double) in itertools.product((1, 2, 4) if nt >= 2 else (1, 2), WARPS, steps):
@@ -49,24 +50,27 @@ def decode_configs(nt: int) -> list[fp4_decode.Config]:
             continue
         for blocks in sorted({1, 1024 // (wn * wk * 32)}):
             for paired in ((False, True) if nt >= 2 and spans == 1 else (False,)):
-                out.append(fp4_decode.Config(rt, wn, wk, spans, double, 0, False, paired, blocks))
+                for early in (x_early if nt <= 2 else (None,)):
+                    out.append(fp4_decode.Config(rt, wn, wk, spans, double, 0, False, paired, blocks, early))
     for rt, (wn, wk), stages, x_async in itertools.product((1, 2), WARPS, (4, 6, 8), (False, True) if nt <= 2 else (False,)):
         for blocks in sorted({1, 1024 // (wn * wk * 32)}):
             out.append(fp4_decode.Config(rt, wn, wk, 1, False, stages, x_async, False, blocks))
     return [c for c in out if c.fits(nt)]
 
 
-def wgmma_configs(nt: int, groups: tuple[int, ...] = (1,)) -> list[fp4_wgmma.Config]:
+def wgmma_configs(nt: int, groups: tuple[int, ...] = (1,),
+                  sums: tuple[fp4_wgmma.Sums, ...] = (fp4_wgmma.Sums.GLOBAL,)) -> list[fp4_wgmma.Config]:
     """The warpgroup kernel's: one or two warpgroups a CTA, the weight's ring of 4 or 8 stages of a
     span (of 2 or 3 stages of each of ``groups``' spans, copied together), split-K aimed at 1 to 8 CTAs
     per SM, the register budget cut for two or four CTAs per SM (warpgroups) or not; the MMAs fed a span
     at a time (``x`` in 4 slots) or two chunks at a time (``x`` in 2, 3 or 4 slots: its fewer
-    registers leave shared memory bounding the CTAs per SM)."""
+    registers leave shared memory bounding the CTAs per SM); a split's sums added where each of ``sums``
+    says."""
     pipelines = [(fp4_wgmma.Pipeline.SPAN, 4)] + [(fp4_wgmma.Pipeline.PAIRS, slots) for slots in (2, 3, 4)]
     rings = [(stages, group) for group in groups for stages in ((4, 8) if group == 1 else (2, 3))]
-    return [fp4_wgmma.Config(wg, stages, per_sm, blocks, pipeline, slots, group) for wg in (1, 2)
+    return [fp4_wgmma.Config(wg, stages, per_sm, blocks, pipeline, slots, group, where) for wg in (1, 2)
             for stages, group in rings for per_sm in (1, 2, 4, 8) for blocks in ((1, 2, 4) if wg == 1 else (1, 2))
-            for pipeline, slots in pipelines]
+            for pipeline, slots in pipelines for where in sums]
 
 
 def candidate_configs(nt: int) -> list:
@@ -125,6 +129,11 @@ def main() -> None:
                         help="spans of a row brought into L2 before the previous kernel's end")
     parser.add_argument("--groups", default="1", help="the warpgroup kernel's spans a stage of its ring (1,4: "
                         "both)")
+    parser.add_argument("--sums", default="global", help="where the warpgroup kernel's splits add their sums: "
+                        "global, cluster, or both (global,cluster)")
+    parser.add_argument("--x-early", default="auto", choices=("auto", "late", "both"),
+                        help="up to 16 tokens, the register path's x loaded with the weight (auto) or through L1 "
+                        "as the arithmetic reaches it (late), or both")
     parser.add_argument("--every", type=int, default=1, help="time every n-th configuration only (a quick check)")
     parser.add_argument("--seconds", type=float, default=480, help="stop timing new cases after this long")
     args = parser.parse_args()
@@ -140,8 +149,11 @@ def main() -> None:
     # the experts' rows per expert stay within two token tiles at these token counts
     kernels = args.kernels.split(",")
     jobs = [(c, nt, 0, ids) for nt in nts
-            for c in ((decode_configs(nt) if "decode" in kernels else [])[::args.every]
-                      + (wgmma_configs(nt, tuple(int(g) for g in args.groups.split(","))) if "wgmma" in kernels else [])
+            for c in ((decode_configs(nt, {"auto": (None,), "late": (False,), "both": (None, False)}[args.x_early])
+                       if "decode" in kernels else [])[::args.every]
+                      + (wgmma_configs(nt, tuple(int(g) for g in args.groups.split(",")),
+                                       tuple(fp4_wgmma.Sums(w) for w in args.sums.split(",")))
+                         if "wgmma" in kernels else [])
                       + (candidate_configs(nt) if "candidates" in kernels else []))
             if not isinstance(c, fp4_wgmma.Config) or fp4_wgmma.available(dev)
             for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]

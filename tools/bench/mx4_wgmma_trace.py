@@ -35,10 +35,10 @@ F = fp4_wgmma.TRACE_FIELDS
 
 
 def _config(text: str) -> fp4_wgmma.Config:
-    """``wg,stages,per_sm,min_blocks,pipeline,slots[,group]`` (``1,4,1,1,pairs,2``)."""
-    wg, stages, per_sm, blocks, pipeline, slots, *group = text.split(",")
+    """``wg,stages,per_sm,min_blocks,pipeline,slots[,group[,sums]]`` (``1,4,1,1,pairs,2,1,cluster``)."""
+    wg, stages, per_sm, blocks, pipeline, slots, *rest = text.split(",")
     return fp4_wgmma.Config(int(wg), int(stages), int(per_sm), int(blocks), fp4_wgmma.Pipeline(pipeline), int(slots),
-                            int(group[0]) if group else 1)
+                            int(rest[0]) if rest else 1, fp4_wgmma.Sums(rest[1]) if len(rest) > 1 else fp4_wgmma.Sums.GLOBAL)
 
 
 def summarize(trace: np.ndarray) -> dict:
@@ -80,7 +80,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(mx4_linear.LINEARS))
     parser.add_argument("--tokens", default="16,64")
     parser.add_argument("--configs", default="1,4,1,1,span,4;1,4,1,1,pairs,2;2,4,1,2,span,4;2,4,1,1,pairs,2",
-                        help="';'-separated wg,stages,per_sm,min_blocks,pipeline,slots[,group]")
+                        help="';'-separated wg,stages,per_sm,min_blocks,pipeline,slots[,group[,sums]]")
     parser.add_argument("--tiled", action="store_true", help="also the build that reads the weight packed per "
                         "64-row tile and span (fp4_wgmma.tile_weight)")
     args = parser.parse_args()

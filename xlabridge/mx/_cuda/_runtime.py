@@ -212,12 +212,23 @@ class Kernel:
         return blocks.value
 
     def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence, stream: int,
-                 shared: int = 0, dependent: bool = False) -> None:
+                 shared: int = 0, dependent: bool = False, cluster: tuple[int, int, int] | None = None) -> None:
+        """``dependent``: launched to overlap the stream's previous kernel (below) where the driver
+        can; ``cluster``: the CTAs of a thread block cluster along each of the grid's dimensions
+        (each divides the grid's)."""
         values = [ctypes.c_int(arg) if isinstance(arg, int) else ctypes.c_void_p(0 if arg is None else arg.data_ptr())
                   for arg in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+        attributes = []
         if dependent and _dependent_launch():
-            config = _LaunchConfig(*grid, *block, shared, ctypes.c_void_p(stream), _DEPENDENT, 1)
+            attributes.append(_attribute(_PROGRAMMATIC_STREAM_SERIALIZATION, 1))
+        if cluster is not None and cluster != (1, 1, 1):
+            if any(g % c for g, c in zip(grid, cluster)):
+                raise ValueError(f"_runtime.Kernel: cluster {cluster} must divide the grid {grid}")
+            attributes.append(_attribute(_CLUSTER_DIMENSION, *cluster))
+        if attributes:
+            array = (_LaunchAttribute * len(attributes))(*attributes)
+            config = _LaunchConfig(*grid, *block, shared, ctypes.c_void_p(stream), array, len(attributes))
             _check(driver().cuLaunchKernelEx(ctypes.byref(config), self._function, pointers, None))
             return
         _check(driver().cuLaunchKernel(self._function, *grid, *block, shared, ctypes.c_void_p(stream), pointers, None))
@@ -252,8 +263,13 @@ class _LaunchConfig(ctypes.Structure):
                 ("count", ctypes.c_uint)]
 
 
+_CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-_DEPENDENT = (_LaunchAttribute * 1)(_LaunchAttribute(_PROGRAMMATIC_STREAM_SERIALIZATION, 0, (ctypes.c_uint * 16)(1)))
+
+
+def _attribute(code: int, *values: int) -> _LaunchAttribute:
+    """A launch attribute whose value is ``values`` as consecutive unsigned ints."""
+    return _LaunchAttribute(code, 0, (ctypes.c_uint * 16)(*values))
 
 
 @functools.cache

@@ -38,7 +38,10 @@ class Config:
     issued before this step's arithmetic). ``x_paired``: ``x`` is first copied (``paired_x``) with
     each 8 elements in the order the MMA pairs them and each span's chunks in the order its loads
     take them (one or two more launches; no byte permutes, half the L1 wavefronts per load of
-    ``x``). ``min_blocks``: CTAs per SM the register budget is cut for (``__launch_bounds__``)."""
+    ``x``). ``min_blocks``: CTAs per SM the register budget is cut for (``__launch_bounds__``).
+    ``x_early`` (registers path): ``x``'s words of a span loaded with the weight's, into registers
+    (``double``: two spans' worth), or not (read through L1 as the arithmetic reaches them); None:
+    early up to two token tiles, where they take the fewest registers."""
 
     rt: int = 1
     wn: int = 1
@@ -49,6 +52,7 @@ class Config:
     x_async: bool = False
     x_paired: bool = False
     min_blocks: int = 1
+    x_early: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("rt", "wn", "wk", "spans", "min_blocks"):
@@ -57,6 +61,9 @@ class Config:
                 raise ValueError(f"fp4_decode.Config: {name} must be a positive int, got {value!r}")
         if self.stages == 1 or self.stages < 0:
             raise ValueError(f"fp4_decode.Config: stages must be 0 (registers) or at least 2, got {self.stages!r}")
+        if self.x_early is not None and (self.stages or not isinstance(self.x_early, bool)):
+            raise ValueError(f"fp4_decode.Config: x_early must be None, or a bool on the registers path (stages=0), "
+                             f"got {self.x_early!r} with stages={self.stages}")
         if self.x_async and not self.stages:
             raise ValueError("fp4_decode.Config: x_async needs stages (the ring in shared memory)")
         if self.threads > 1024:
@@ -132,14 +139,20 @@ def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe
     macros = {"NT": nt, "RT": config.rt, "WN": config.wn, "WK": config.wk, "U": config.spans,
               "DB": int(config.double), "ASYNC": int(config.stages > 0), "S": max(config.stages, 2),
               "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired),
-              "X_EARLY": int(not config.stages and nt <= 2), "PROBE": probe, "MINB": config.min_blocks,
+              "X_EARLY": int(x_early(config, nt)), "PROBE": probe, "MINB": config.min_blocks,
               "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": PREFETCH_SPANS, "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
+def x_early(config: Config, nt: int) -> bool:
+    """Whether the kernel loads ``x``'s words of a span with the weight's (``Config.x_early``)."""
+    return (not config.stages and nt <= 2) if config.x_early is None else config.x_early
+
+
 def _name(config: Config, nt: int, bias: int, has_ids: bool) -> str:
     return (f"mxfp4_decode_n{nt}_r{config.rt}_wn{config.wn}_wk{config.wk}_u{config.spans}_d{int(config.double)}"
-            f"_s{config.stages}_x{int(config.x_async)}{int(config.x_paired)}_b{config.min_blocks}_{bias}{int(has_ids)}")
+            f"_s{config.stages}_x{int(config.x_async)}{int(config.x_paired)}{int(x_early(config, nt))}"
+            f"_b{config.min_blocks}_{bias}{int(has_ids)}")
 
 
 def source() -> str:

@@ -30,10 +30,12 @@
 // partial sums (PAIRS 0: in y's order, partial[a][z][token][n]; PAIRS 1: in its threads' order,
 // partial[a][tile][z][token tile][thread][4]) and counts itself in at locks[a][blockIdx.x]; the last
 // CTA of a tile adds the partial sums in split order (the result does not depend on timing), writes
-// y and sets the count back to zero.
+// y and sets the count back to zero. CLUSTER 1: a tile's splits are launched as one thread block
+// cluster and add their sums through the cluster's shared memory, in the same order: no float32
+// round trip through L2, no fence and no count, whose latencies each CTA's end waits for.
 //
 // Configuration macros (set by the host): NT, WG, S, SLOTS, MINB, PAIRS, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
-// HAS_IDS, G (spans a stage of the weight's ring), TILED (the weight's bytes packed by ``fp4_wgmma.tile_weight``), TRACE, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
+// HAS_IDS, G (spans a stage of the weight's ring), CLUSTER, TILED (the weight's bytes packed by ``fp4_wgmma.tile_weight``), TRACE, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
 // operands spelled out) before this source.
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -92,6 +94,24 @@ __device__ __forceinline__ void barrier_wait(u32 bar, u32 parity) {
     while (!done)
         asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                      : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+}
+
+// A thread block cluster's CTAs (CLUSTER: a row tile's splits): every thread of each arrives, then
+// waits for all (release and acquire: the shared memory written before is seen after); `cluster_map`
+// gives the address in CTA `rank`'s shared memory of this CTA's shared address `address`.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ u32 cluster_map(u32 address, u32 rank) {
+    u32 d;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"(address), "r"(rank));
+    return d;
+}
+__device__ __forceinline__ float4 load_cluster(u32 address) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(address) : "memory");
+    return v;
 }
 
 // A shared-memory matrix descriptor without swizzling: start address, leading byte offset (between
@@ -271,20 +291,22 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     float acc[NT * 4];
 #pragma unroll
     for (int i = 0; i < NT * 4; ++i) acc[i] = 0.0f;
-    u32 sv[2][2];  // the scale bytes of the span being decoded and the next
+    u32 sv[2][2];  // the scale bytes of the span being decoded (J) and the next (1 - J)
 
-    // Prologue: x's first SLOTS - 1 spans and the weight's first S - 1 in flight, the first span's
-    // scale bytes loaded.
+    // Prologue: x's first SLOTS - 1 spans and the weight's first S - 1 in flight, the first two
+    // spans' scale bytes loaded.
     for (int j = 0; j < SLOTS - 1; ++j) issue_x(first + j);
 #pragma unroll
     for (int j = 0; j < S - 1; ++j) issue_group(j, j);
     load_scales(sv[0], first);
+    load_scales(sv[1], first + 1);
 
     // Span first + i (J = i mod 2, for the registers' indices): once the MMAs of span i - 1 are done
     // in every warpgroup (with the A registers and x's slot), x's span i + SLOTS - 1 copied into that
     // slot; the weight's copies waited for and decoded; x's slot waited for; the MMAs issued; while
-    // they run, the weight's span i + S - 1 copied (into the stage span i - 1 left) and span i + 1's
-    // scale bytes loaded.
+    // they run, the weight's span i + S - 1 copied (into the stage span i - 1 left) and span i + 2's
+    // scale bytes loaded into the registers span i's leave: a whole span's time for their latency
+    // (loaded one span ahead, the next span's vote on them waits for the load).
 #if PAIRS
     // The MMAs of a span in four groups of two K chunks, A registers in two sets: the pair q + 1 is
     // decoded into one set while the MMAs of pair q, which read the other, run (wgmma.wait_group 1:
@@ -331,7 +353,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
             wgmma_commit();
         }
         weight_next(i);
-        load_scales(sv[1 - J], at + 1);
+        load_scales(sv[J], at + 2);
     };
 #else
     u32 av[8][4];
@@ -366,7 +388,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
             wgmma_chunk(acc, av[c][0], av[c][1], av[c][2], av[c][3], descriptor(span + c * CHUNK, NT * 128, 128));
         wgmma_commit();
         weight_next(i);
-        load_scales(sv[1 - J], at + 1);
+        load_scales(sv[J], at + 2);
     };
 #endif
     const int count = last - first;
@@ -394,6 +416,45 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     let_next_kernel_start();
 
     u16* ya = y + (i64)a * sya;
+#if CLUSTER
+    // The row tile's splits are one cluster (CTA rank z): each puts its sums in its own shared memory
+    // (x's ring, which no copy or MMA uses once every warpgroup's MMAs are done), in its threads'
+    // order; split 0 adds them in split order from every CTA's shared memory, as the global path adds
+    // them (the same bits), while the others wait (their shared memory must outlive the reads).
+    if (splits > 1) {
+        if (WG > 1) __syncthreads();  // another warpgroup's last MMAs may still read x's slot
+        const u32 mine = base + threadIdx.x * 16;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(mine + j * THREADS * 16), "f"(acc[4 * j]),
+                         "f"(acc[4 * j + 1]), "f"(acc[4 * j + 2]), "f"(acc[4 * j + 3]) : "memory");
+        cluster_sync();
+        if (z == 0) {
+#pragma unroll
+            for (int i = 0; i < NT * 4; ++i) acc[i] = 0.0f;
+            for (int p = 0; p < splits; ++p) {
+                const u32 theirs = cluster_map(mine, (u32)p);
+                float4 v4[NT];
+#pragma unroll
+                for (int j = 0; j < NT; ++j) v4[j] = load_cluster(theirs + j * THREADS * 16);
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    const float4 v = v4[j];
+                    acc[4 * j] += v.x;
+                    acc[4 * j + 1] += v.y;
+                    acc[4 * j + 2] += v.z;
+                    acc[4 * j + 3] += v.w;
+                }
+            }
+        }
+        cluster_sync();
+        if (z != 0) {
+            TRACE_NOW(4);
+            TRACE_ZERO(5);
+            return;
+        }
+    }
+#else
     if (splits > 1) {
 #if PAIRS
         // The sums of this tile's splits in the order of their threads: token tile j's four of every
@@ -444,6 +505,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         }
 #endif
     }
+#endif
     float add[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) add[h] = row + 8 * h < N ? bias_of(bias, e * sbe + row + 8 * h) : 0.0f;

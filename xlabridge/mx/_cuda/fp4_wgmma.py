@@ -26,6 +26,9 @@ SOURCE = Path(__file__).with_name("fp4_wgmma.cu")
 SHARED_BYTES = 226 * 1024
 """The shared memory a CTA may take: a Hopper SM's 227 KiB for one CTA, less the kernel's own."""
 SPAN_BYTES = 2048
+MAX_CLUSTER = 8
+"""The most CTAs of a thread block cluster every Hopper GPU launches (the portable size): the most
+splits of ``K`` a ``Sums.CLUSTER`` launch makes."""
 """Shared memory per span of 128 elements of ``K`` and per 8-token tile of ``x`` (bfloat16)."""
 SLOTS = 4
 """The default ring of ``x``'s spans in shared memory (``slots - 1`` in flight). Two or three were no
@@ -48,6 +51,19 @@ class Pipeline(str, enum.Enum):
     PAIRS = "pairs"
 
 
+class Sums(str, enum.Enum):
+    """Where the CTAs that split a row tile's ``K`` add their float32 partial sums (in split order
+    either way: the same bits).
+
+    ``GLOBAL``: each CTA writes its sums to global memory and counts itself in; the last to arrive
+    reads them all back from L2 and writes ``y``. ``CLUSTER``: the splits are launched as one thread
+    block cluster (``MAX_CLUSTER`` at most); each leaves its sums in its own shared memory and the
+    first reads them through the cluster's: no round trip through L2, no fence, no count."""
+
+    GLOBAL = "global"
+    CLUSTER = "cluster"
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """One compiled kernel and how its launches split ``K``: ``wg`` warpgroups per CTA (64 weight rows
@@ -58,7 +74,8 @@ class Config:
     are fed (``Pipeline``); ``slots``: the ring of ``x``'s spans (``slots - 1`` in flight), whose
     shared memory, with the registers, bounds the CTAs per SM; ``group``: spans of the weight a stage
     holds, copied together (a warp asks for ``64 group`` contiguous bytes of each of its rows at once,
-    ``(stages - 1) group`` spans in flight)."""
+    ``(stages - 1) group`` spans in flight); ``sums``: where a row tile's splits of ``K`` add their
+    partial sums (``Sums``)."""
 
     wg: int = 1
     stages: int = 4
@@ -67,17 +84,19 @@ class Config:
     pipeline: Pipeline = Pipeline.SPAN
     slots: int = SLOTS
     group: int = 1
+    sums: Sums = Sums.GLOBAL
 
     def __post_init__(self) -> None:
         for name in ("wg", "stages", "per_sm", "min_blocks", "slots", "group"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"fp4_wgmma.Config: {name} must be a positive int, got {value!r}")
-        try:
-            object.__setattr__(self, "pipeline", Pipeline(self.pipeline))
-        except ValueError:
-            raise ValueError(f"fp4_wgmma.Config: pipeline must be one of {[p.value for p in Pipeline]}, "
-                             f"got {self.pipeline!r}") from None
+        for name, kind in (("pipeline", Pipeline), ("sums", Sums)):
+            try:
+                object.__setattr__(self, name, kind(getattr(self, name)))
+            except ValueError:
+                raise ValueError(f"fp4_wgmma.Config: {name} must be one of {[p.value for p in kind]}, "
+                                 f"got {getattr(self, name)!r}") from None
         if self.wg > 4:
             raise ValueError(f"fp4_wgmma.Config: wg must be at most 4 (512 threads), got {self.wg!r}")
         if self.stages < 2:
@@ -140,14 +159,16 @@ def source(nt: int) -> str:
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, trace: bool, tiled: bool) -> list[str]:
     macros = {"NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": config.slots, "MINB": config.min_blocks,
               "PAIRS": int(config.pipeline is Pipeline.PAIRS), "HAS_BIAS": bias, "HAS_IDS": int(has_ids),
-              "PREFETCH": fp4_decode.PREFETCH_SPANS, "G": config.group, "TRACE": int(trace), "TILED": int(tiled),
+              "PREFETCH": fp4_decode.PREFETCH_SPANS, "G": config.group, "CLUSTER": int(config.sums is Sums.CLUSTER),
+              "TRACE": int(trace), "TILED": int(tiled),
               "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
 def _name(config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False, tiled: bool = False) -> str:
     pairs = "_p" if config.pipeline is Pipeline.PAIRS else ""
-    slots = ("" if config.slots == SLOTS else f"_x{config.slots}") + ("" if config.group == 1 else f"_r{config.group}")
+    slots = (("" if config.slots == SLOTS else f"_x{config.slots}") + ("" if config.group == 1 else f"_r{config.group}")
+             + ("_c" if config.sums is Sums.CLUSTER else ""))
     return (f"mxfp4_wgmma_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}{pairs}{slots}"
             f"_{bias}{int(has_ids)}{'_t' if trace else ''}{'_w' if tiled else ''}")
 
@@ -219,25 +240,29 @@ def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int)
 def splits(config: Config, tiles: int, k: int, sms: int) -> tuple[int, int]:
     """``(splits, per)``: how many CTAs share a row tile's ``K`` and how many spans each takes, for
     ``tiles`` CTAs before splitting (row tiles times ``A``): doubled while the grid has fewer than
-    ``per_sm`` CTAs per SM and each split keeps a span."""
+    ``per_sm`` CTAs per SM and each split keeps a span (and, for ``Sums.CLUSTER``, while a cluster
+    holds them)."""
     spans = -(-k // 128)
     split = 1
-    while tiles * split < config.per_sm * sms and spans >= 2 * split:
+    while (tiles * split < config.per_sm * sms and spans >= 2 * split
+           and (config.sums is Sums.GLOBAL or 2 * split <= MAX_CLUSTER)):
         split *= 2
     per = -(-spans // split)
     return -(-spans // per), per
 
 
 def shared_bytes(config: Config, nt: int) -> int:
-    """The rings' shared memory (dynamic): ``x``'s, and the weight's."""
-    return config.slots * nt * SPAN_BYTES + ring_bytes(config)
+    """The rings' shared memory (dynamic): ``x``'s, and the weight's; for ``Sums.CLUSTER``, at least a
+    CTA's partial sums (``4 nt`` float32 a thread), which take the rings' place after the loop."""
+    rings = config.slots * nt * SPAN_BYTES + ring_bytes(config)
+    return max(rings, nt * 16 * config.threads) if config.sums is Sums.CLUSTER else rings
 
 
 def partial_floats(config: Config, A: int, tiles: int, split: int, M: int, N: int, nt: int) -> int:
-    """The split's partial sums (float32): none unsplit (one, for a valid pointer); else each CTA's, in
-    ``y``'s order (``SPAN``: ``[A, split, M, N]``) or its threads' (``PAIRS``: ``[A, tiles, split,
-    nt, threads, 4]``, padded rows and tokens included)."""
-    if split == 1:
+    """The split's partial sums (float32): none unsplit or added in a cluster (one, for a valid
+    pointer); else each CTA's, in ``y``'s order (``SPAN``: ``[A, split, M, N]``) or its threads'
+    (``PAIRS``: ``[A, tiles, split, nt, threads, 4]``, padded rows and tokens included)."""
+    if split == 1 or config.sums is Sums.CLUSTER:
         return 1
     if config.pipeline is Pipeline.PAIRS:
         return A * tiles * split * nt * config.threads * 4
@@ -292,5 +317,6 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
     run((tiles, A, split), (config.threads, 1, 1),
         [x, data, scale, bias, ids, y, partial, counts, M, N, K, per, x.stride(0), data.stride(0), data.stride(1),
          scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0), trace],
-        torch.cuda.current_stream(x.device).cuda_stream, shared_bytes(config, nt), dependent)
+        torch.cuda.current_stream(x.device).cuda_stream, shared_bytes(config, nt), dependent,
+        (1, 1, split) if config.sums is Sums.CLUSTER else None)
     return y

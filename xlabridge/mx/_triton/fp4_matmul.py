@@ -89,16 +89,19 @@ def _decode(*configs: fp4_decode.Config | fp4_wgmma.Config) -> tuple[Config, ...
     return tuple(Config("cuda", decode=c) for c in configs)
 
 
-_D, _W, _PAIRS = fp4_decode.Config, fp4_wgmma.Config, fp4_wgmma.Pipeline.PAIRS
+_D, _W, _PAIRS, _C = fp4_decode.Config, fp4_wgmma.Config, fp4_wgmma.Pipeline.PAIRS, fp4_wgmma.Sums.CLUSTER
 DECODE: dict[int, tuple[Config, ...]] = {
     1: _decode(_D(1, 1, 8, 1, min_blocks=4), _D(1, 1, 16, 1, min_blocks=2), _D(2, 1, 4, 1, True), _D(2, 1, 4, 1),
-               _D(2, 2, 4, 1, True)),
+               _D(2, 2, 4, 1, True), _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False)),
     2: _decode(_D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 16, 1), _D(2, 1, 4, 1, x_paired=True),
-               _D(2, 1, 8, 1, True), _D(2, 1, 8, 1), _W(2, 4, 1, 2)),
+               _D(2, 1, 8, 1, True), _D(2, 1, 8, 1), _W(2, 4, 1, 2), _D(1, 1, 4, 1, True, x_paired=True, x_early=False),
+               _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False)),
     4: _decode(_W(2, 4, 1, 1, _PAIRS, 2), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 8, 4),
-               _W(1, 8, 2, 2, _PAIRS, 3), _D(4, 1, 4, 1)),
-    8: _decode(_W(1, 4, 1, 1), _D(1, 2, 4, 1, True, x_paired=True), _D(2, 1, 4, 1, True, x_paired=True),
-               _W(1, 4, 2, 1, _PAIRS, 3), _W(2, 4, 1, 1, _PAIRS, 2), _D(1, 1, 4, 1, True, x_paired=True)),
+               _W(1, 8, 2, 2, _PAIRS, 3), _D(4, 1, 4, 1), _W(1, 8, 2, 1, sums=_C), _W(2, 4, 1, 2, sums=_C),
+               _W(2, 4, 1, 2, _PAIRS, 3)),
+    8: _decode(_W(1, 4, 1, 1, sums=_C), _D(1, 2, 4, 1, True, x_paired=True), _D(2, 1, 4, 1, True, x_paired=True),
+               _W(1, 4, 2, 1, _PAIRS, 3), _W(2, 4, 1, 1, _PAIRS, 2), _D(1, 1, 4, 1, True, x_paired=True),
+               _W(1, 4, 1, 1, _PAIRS, 4), _W(2, 4, 1, 2, _PAIRS, 3)),
 }
 """The CUDA decode kernels' candidates per number of 8-row token tiles, rounded up to a key here
 (3 takes 4's, 5 to 7 take 8's): the fewest configurations that come near the fastest on every shape
