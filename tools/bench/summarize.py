@@ -557,10 +557,12 @@ def _decode_config(c: dict) -> str:
         return (f"wgmma {64 * c['wg']}r, ring {ring}, split-K to {c['per_sm']}/SM"
                 + (f" ≥{c['min_blocks']}/SM" if c.get("min_blocks", 1) > 1 else "")
                 + (", pairs" if c.get("pipeline") == "pairs" else "")
-                + (f", x in {c['slots']}" if c.get("slots", 4) != 4 else ""))
+                + (f", x in {c['slots']}" if c.get("slots", 4) != 4 else "")
+                + (", sums in a cluster" if c.get("sums") == "cluster" else ""))
     how = (f"ring {c['stages']}" + (" x" if c.get("x_async") else "")) if c.get("stages") else \
         f"{c['spans']} span" + ("s" if c["spans"] > 1 else "") + (" +next" if c.get("double") else "")
-    extra = (" paired x" if c.get("x_paired") else "") + (f" ≥{c['min_blocks']}/SM" if c.get("min_blocks", 1) > 1 else "")
+    extra = ((" paired x" if c.get("x_paired") else "") + (" x late" if c.get("x_early") is False else "")
+             + (f" ≥{c['min_blocks']}/SM" if c.get("min_blocks", 1) > 1 else ""))
     return f"{16 * c['rt']}×{c['wn']}r {c['wk']}k, {how}{extra}"
 
 
@@ -660,18 +662,19 @@ def _mx4_wgmma_pipelines(data: dict) -> list[str]:
 def _mx4_read_pattern(data: dict) -> list[str]:
     cells: dict[tuple, dict] = {}
     for r in data["rows"]:
-        cells.setdefault((r["shape"], r["wg"], r["stages"], r["per_sm"]), {"ctas": r["ctas"]})[r["layout"]] = r
-    rows = [[shape, 64 * wg, stages, per_sm, c["ctas"],
+        key = (r["shape"], r["wg"], r["stages"], r.get("group", 1), r["per_sm"])
+        cells.setdefault(key, {"ctas": r["ctas"]})[r["layout"]] = r
+    rows = [[shape, 64 * wg, f"{stages} × {group}", per_sm, c["ctas"],
              *(f"{_time(c[lay]['ms'])} ({c[lay]['share']:.2f}, {c[lay]['resident']}/SM)" if lay in c else "-"
                for lay in ("rows", "tiles"))]
-            for (shape, wg, stages, per_sm), c in cells.items()]
+            for (shape, wg, stages, group, per_sm), c in cells.items()]
     return [
         f"Ran on an {data['device']}; torch {data['torch']}; a 1 GiB copy ran at {data['copy_GBps']:.0f} GB/s. The "
         "warpgroup kernel's weight copies alone (nothing decoded, no MMA) on the weight as stored (rows) and packed "
-        "per 64-row tile and span (tiles), per CTA size, ring depth and split-K aim: the time, and in brackets the "
-        "read rate as a share of the copy's and the CTAs an SM holds:",
+        "per 64-row tile and span (tiles), per CTA size, ring (stages × spans a stage, copied together) and split-K "
+        "aim: the time, and in brackets the read rate as a share of the copy's and the CTAs an SM holds:",
         "",
-        *_table(["shape", "rows a CTA", "stages", "split-K to /SM", "CTAs", "as stored", "tiles"], rows),
+        *_table(["shape", "rows a CTA", "ring", "split-K to /SM", "CTAs", "as stored", "tiles"], rows),
     ]
 
 
@@ -692,7 +695,9 @@ def _mx4_wgmma_trace(data: dict) -> list[str]:
                      _time(r["tiled_ms"]) + ("" if r.get("tiled_bits_equal", True) else " ✗") if "tiled_ms" in r else "-",
                      f"{tiled['loop_ns_per_span_p50']:.0f} ns" if tiled else "-"])
     return [
-        f"Ran on an {data['device']}; torch {data['torch']}. Each configuration's plain build and its traced build "
+        f"Ran on an {data['device']}; torch {data['torch']}"
+        + (f"; xlabridge at {data['commit']}" if data.get("commit") else "")
+        + ". Each configuration's plain build and its traced build "
         "(`fp4_wgmma`'s `trace`: one thread a CTA records the global timer and the SM's cycles) timed as "
         "`mx4_linear.py` times them; from the traced build's last replay: CTAs (and how many SMs ran 1, 2, ... of "
         "them, by CTAs an SM ran), the last CTA's start after the first's (µs), the prologue (µs, median), the main loop's time per "
@@ -702,6 +707,39 @@ def _mx4_wgmma_trace(data: dict) -> list[str]:
         "",
         *_table(["shape", "tokens", "configuration", "time", "traced", "CTAs (per SM: SMs)", "last start", "prologue",
                  "loop", "waits w / x / mma / scale", "epilogue", "span", "tiled", "tiled loop"], rows),
+    ]
+
+
+def _mx4_wgmma_sums(data: dict) -> list[str]:
+    cluster = lambda c: c.get("sums") == "cluster"  # noqa: E731
+    rows = _fastest_rows(data, [lambda c: not cluster(c), cluster,
+                                *(lambda c, w=w: cluster(c) and c["wg"] == w for w in (1, 2))])
+    wrong = sum(r["wrong"] for r in data["rows"])
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}; {data['note']}. Every configuration of the warpgroup "
+        "kernel (its scale bytes loaded two spans ahead), the fastest within the bound with a split's partial sums "
+        "added through global memory (the last CTA of a row tile reads them back from L2) and through the shared "
+        "memory of a thread block cluster of the tile's splits (8 at most), with one and two warpgroups a CTA"
+        + (f" ({wrong} results outside the bound, all of them two-warpgroup cluster configurations of that build)"
+           if wrong else "") + ":",
+        "",
+        *_table(["shape", "tokens", "bf16", "global sums", "cluster sums", "cluster, 1 warpgroup", "2 warpgroups"], rows),
+    ]
+
+
+def _mx4_late_x(data: dict) -> list[str]:
+    early = lambda c: c.get("stages") == 0 and c.get("x_early") is None  # noqa: E731
+    late = lambda c: c.get("stages") == 0 and c.get("x_early") is False  # noqa: E731
+    rows = _fastest_rows(data, [lambda c: True, early, late,
+                                lambda c: early(c) and c["double"], lambda c: late(c) and c["double"]])
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}. Every configuration of the CUDA decode kernel at 8 and "
+        "16 tokens, its register path's x loaded with the weight (early: into registers, two spans' worth with the "
+        "next step's loads issued first) or read through L1 as the arithmetic reaches it (late: double buffering "
+        "then holds the weight alone, fewer registers): the fastest within the bound of all, of each, and of each "
+        "with the next step's loads issued first:",
+        "",
+        *_table(["shape", "tokens", "bf16", "fastest", "x early", "x late", "early, +next", "late, +next"], rows),
     ]
 
 
@@ -911,6 +949,28 @@ BENCHMARKS = (
               "Each span decoded whole and then its MMAs issued, against two K chunks decoded while the MMAs of "
               "the two before run (fewer registers a thread, more CTAs an SM): the 17 to 64 token candidates come "
               "from it.", _mx4_wgmma_pipelines),
+    Benchmark("mx4_wgmma_sums_h100.json",
+              "tools/bench/mx4_decode_sweep.py --kernels wgmma --sums global,cluster --tokens 16,32,64",
+              "Where a split's sums are added: global memory or a cluster",
+              "The warpgroup kernel's row tiles split across CTAs, their partial sums added by the last CTA from L2 "
+              "or by the first from the cluster's shared memory: the 33 to 64 token candidates come from it.",
+              _mx4_wgmma_sums),
+    Benchmark("mx4_decode_late_x_h100.json", "tools/bench/mx4_decode_sweep.py --kernels decode --x-early both",
+              "x loaded with the weight or as the arithmetic reaches it",
+              "The decode kernel's register path at 8 and 16 tokens with x early and late, double buffered or not.",
+              _mx4_late_x),
+    Benchmark("mx4_read_pattern_h100.json", "tools/bench/mx4_read_pattern.py",
+              "The warpgroup kernel's weight reads alone",
+              "The weight's copies without decoding or MMAs, as stored and packed per tile, against a copy: whether "
+              "the order of the reads holds the kernel back.", _mx4_read_pattern),
+    Benchmark("mx4_wgmma_trace_h100.json", "tools/bench/mx4_wgmma_trace.py --tiled",
+              "Where the warpgroup kernel's time goes, CTA by CTA",
+              "The traced build's timer and cycle counts per CTA: launch ramp, main loop by what it waited for, "
+              "split-K epilogue.", _mx4_wgmma_trace),
+    Benchmark("mx4_wgmma_trace_sums_h100.json", "tools/bench/mx4_wgmma_trace.py --tokens 64",
+              "The warpgroup kernel traced with its sums in a cluster",
+              "The same trace at 64 tokens with the scale bytes two spans ahead, a split's sums added through "
+              "global memory and through a cluster.", _mx4_wgmma_trace),
     Benchmark("mx4_wgmma_cluster_h200.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma --tokens 16,32,64",
               "x shared by a cluster of CTAs: not kept",
               "The warpgroup kernel with x multicast to a thread block cluster of 2 or 4 row tiles, so that each span "

@@ -92,10 +92,14 @@ def _decode(*configs: fp4_decode.Config | fp4_wgmma.Config) -> tuple[Config, ...
 _D, _W, _PAIRS, _C = fp4_decode.Config, fp4_wgmma.Config, fp4_wgmma.Pipeline.PAIRS, fp4_wgmma.Sums.CLUSTER
 DECODE: dict[int, tuple[Config, ...]] = {
     1: _decode(_D(1, 1, 8, 1, min_blocks=4), _D(1, 1, 16, 1, min_blocks=2), _D(2, 1, 4, 1, True), _D(2, 1, 4, 1),
-               _D(2, 2, 4, 1, True), _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False)),
+               _D(2, 2, 4, 1, True), _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False),
+               _D(1, 1, 8, 1, min_blocks=4, balance=True), _D(2, 1, 4, 1, balance=True),
+               _D(1, 1, 16, 1, min_blocks=2, balance=True), _D(2, 1, 4, 1, True, balance=True)),
     2: _decode(_D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 16, 1), _D(2, 1, 4, 1, x_paired=True),
                _D(2, 1, 8, 1, True), _D(2, 1, 8, 1), _W(2, 4, 1, 2), _D(1, 1, 4, 1, True, x_paired=True, x_early=False),
-               _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False)),
+               _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False),
+               _D(1, 1, 4, 1, True, x_paired=True, balance=True), _D(2, 1, 4, 1, x_paired=True, balance=True),
+               _D(2, 1, 16, 1, balance=True), _D(2, 1, 8, 1, True, balance=True)),
     4: _decode(_W(2, 4, 1, 1, _PAIRS, 2), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 8, 4),
                _W(1, 8, 2, 2, _PAIRS, 3), _D(4, 1, 4, 1), _W(1, 8, 2, 1, sums=_C), _W(2, 4, 1, 2, sums=_C),
                _W(2, 4, 1, 2, _PAIRS, 3)),
