@@ -159,22 +159,6 @@ def test_mma_order_x_puts_each_element_where_the_kernel_s_descriptors_read_it(de
     assert torch.equal(got, expected)
 
 
-def test_tile_weight_puts_each_byte_where_a_tiled_build_s_threads_copy_it():
-    """``tile_weight`` against its layout worked out byte by byte: N = 70 rows and K = 200 (two
-    tiles, two spans, zeros past both); byte ``b`` of block ``t`` of span ``s`` of row ``64 T + 16 w +
-    8 h + g`` at ``[T, 4096 s + 32 (32 w + 4 g + t) + 16 h + b]``."""
-    data = torch.randint(0, 256, (2, 70, 100), dtype=torch.uint8)
-    got = fp4_wgmma.tile_weight(data)
-    assert got.shape == (2, 2, 2 * 4096)
-    expected = torch.zeros(2, 2, 2 * 4096, dtype=torch.uint8)
-    for row in range(70):
-        tile, w, h, g = row // 64, row % 64 // 16, row % 16 // 8, row % 8
-        for byte in range(100):
-            s, t, b = byte // 64, byte % 64 // 16, byte % 16
-            expected[:, tile, 4096 * s + 32 * (32 * w + 4 * g + t) + 16 * h + b] = data[:, row, byte]
-    assert torch.equal(got, expected)
-
-
 @pytest.mark.parametrize("kwargs, message", [
     ({"wg": 0}, "wg must be a positive int"),
     ({"group": 0}, "group must be a positive int"),
@@ -363,23 +347,6 @@ def test_spans_copied_in_groups_give_the_same_bits(pipeline, nt, per_sm):
     out = [fp4_wgmma.launch(fp4_wgmma.Config(1, 3, per_sm, pipeline=pipeline, slots=3, group=group), *args,
                             torch.empty(2, 8 * nt - 1, 200, dtype=torch.bfloat16, device="cuda")) for group in (1, 3)]
     assert torch.equal(out[0].view(torch.int16), out[1].view(torch.int16))
-
-
-@pytest.mark.skipif(not WARPGROUP,
-                    reason="needs a Hopper GPU (compute capability 9.0: the warpgroup MMA; the device machine)")
-@pytest.mark.parametrize("pipeline", list(fp4_wgmma.Pipeline))
-def test_a_tiled_build_on_the_packed_weight_gives_the_same_bits(pipeline):
-    """The build that reads ``tile_weight``'s bytes (K padded there with zeros, not masked) decodes the
-    same weight into the same MMAs: bitwise the stored layout's ``y`` (N = 200: a partial tile)."""
-    x, data, scale, ids = _operands(13, 610)
-    config = fp4_wgmma.Config(1, 4, 4, pipeline=pipeline, slots=3)
-    x, data, scale, ids = x.cuda(), data.cuda(), scale.cuda(), ids.cuda()
-    stored = fp4_wgmma.launch(config, x, data, scale, ids, None, torch.empty(2, 13, 200, dtype=torch.bfloat16, device="cuda"))
-    nt = fp4_decode.token_tiles(13)
-    run = fp4_wgmma.load(fp4_wgmma.binary(config, nt, 0, True, tiled=True), config, nt, 0, True, tiled=True)
-    tiled = fp4_wgmma.launch_loaded(run, config, x, fp4_wgmma.tile_weight(data), scale, ids, None,
-                                    torch.empty(2, 13, 200, dtype=torch.bfloat16, device="cuda"))
-    assert torch.equal(stored.view(torch.int16), tiled.view(torch.int16))
 
 
 @pytest.mark.skipif(not WARPGROUP,

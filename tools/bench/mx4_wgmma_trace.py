@@ -81,8 +81,6 @@ def main() -> None:
     parser.add_argument("--tokens", default="16,64")
     parser.add_argument("--configs", default="1,4,1,1,span,4;1,4,1,1,pairs,2;2,4,1,2,span,4;2,4,1,1,pairs,2",
                         help="';'-separated wg,stages,per_sm,min_blocks,pipeline,slots[,group[,sums]]")
-    parser.add_argument("--tiled", action="store_true", help="also the build that reads the weight packed per "
-                        "64-row tile and span (fp4_wgmma.tile_weight)")
     args = parser.parse_args()
     started = time.time()
     dev = torch.device("cuda")
@@ -96,7 +94,6 @@ def main() -> None:
         n, k = mx4_linear.LINEARS[name]
         copies = max(2, math.ceil(mx4_linear.WORKING_SET / (2 * n * k)))
         weights = [(w.data[None], w.scale[None]) for w, _ in mx4_linear._weights(n, k, copies, dev)]
-        tiled_weights = [(fp4_wgmma.tile_weight(d), s) for d, s in weights] if args.tiled else []
         for tokens in (int(t) for t in args.tokens.split(",")):
             nt = fp4_decode.token_tiles(tokens)
             x = torch.randn(1, tokens, k, device=dev, dtype=torch.bfloat16)
@@ -105,33 +102,24 @@ def main() -> None:
                 row = {"shape": name, "tokens": tokens, "config": config.__dict__ | {"pipeline": config.pipeline.value}}
                 split, _ = fp4_wgmma.splits(config, -(-n // config.rows), k, sms)
                 ctas = -(-n // config.rows) * split
-                traces = {}
-                for traced, tiled in ((False, False), (True, False)) + (((False, True), (True, True)) if args.tiled else ()):
+                for traced in (False, True):
                     trace = torch.zeros(ctas, fp4_wgmma.TRACE_SLOTS, dtype=torch.int64, device=dev)
-                    run = fp4_wgmma.load(fp4_wgmma.binary(config, nt, 0, False, trace=traced, tiled=tiled), config, nt,
-                                         0, False, traced, tiled)
+                    run = fp4_wgmma.load(fp4_wgmma.binary(config, nt, 0, False, trace=traced), config, nt, 0, False,
+                                         traced)
 
                     def call(w, run=run, traced=traced, trace=trace):
                         fp4_wgmma.launch_loaded(run, config, x, w[0], w[1], None, None, y,
                                                 trace=trace if traced else None)
-                    label = ("tiled_" if tiled else "") + ("traced_ms" if traced else "ms")
-                    row[label] = gpu_time(call, tiled_weights if tiled else weights, reps=10)
-                    call((tiled_weights if tiled else weights)[0])
-                    outputs = traces.setdefault("y", {})
-                    outputs[tiled] = y.clone()
-                    if traced:
-                        traces[tiled] = trace.cpu().numpy()
+                    row["traced_ms" if traced else "ms"] = gpu_time(call, weights, reps=10)
+                    call(weights[0])
                 row["weight_read_share"] = (n * k // 2 + n * k // 32) / row["ms"] / 1e6 / copy
                 row["splits"] = split
-                row.update(summarize(traces[False]))
-                if args.tiled:
-                    row["tiled_bits_equal"] = bool(torch.equal(traces["y"][False], traces["y"][True]))
-                    row["tiled"] = summarize(traces[True])
+                row.update(summarize(trace.cpu().numpy()))
                 results["rows"].append(row)
                 print(json.dumps(row), flush=True)
                 with open(args.out, "w") as f:  # kept if the run is cut short
                     json.dump(results, f, indent=1)
-        del weights, tiled_weights
+        del weights
         torch.cuda.empty_cache()
     results["seconds"] = time.time() - started
     with open(args.out, "w") as f:

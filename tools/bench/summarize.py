@@ -966,7 +966,8 @@ BENCHMARKS = (
     Benchmark("mx4_wgmma_trace_h100.json", "tools/bench/mx4_wgmma_trace.py --tiled",
               "Where the warpgroup kernel's time goes, CTA by CTA",
               "The traced build's timer and cycle counts per CTA: launch ramp, main loop by what it waited for, "
-              "split-K epilogue.", _mx4_wgmma_trace),
+              "split-K epilogue; and a build that read the weight packed per 64-row tile and span (`--tiled`), "
+              "slower on every row and since removed.", _mx4_wgmma_trace),
     Benchmark("mx4_wgmma_trace_sums_h100.json", "tools/bench/mx4_wgmma_trace.py --tokens 64",
               "The warpgroup kernel traced with its sums in a cluster",
               "The same trace at 64 tokens with the scale bytes two spans ahead, a split's sums added through "

@@ -35,7 +35,7 @@
 // round trip through L2, no fence and no count, whose latencies each CTA's end waits for.
 //
 // Configuration macros (set by the host): NT, WG, S, SLOTS, MINB, PAIRS, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
-// HAS_IDS, G (spans a stage of the weight's ring), CLUSTER, TILED (the weight's bytes packed by ``fp4_wgmma.tile_weight``), TRACE, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
+// HAS_IDS, G (spans a stage of the weight's ring), CLUSTER, TRACE, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
 // operands spelled out) before this source.
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -195,20 +195,11 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
 
     // This thread's rows: g and g + 8 of its warp's 16 (past N: row N - 1, not written).
     const int row = blockIdx.x * (64 * WG) + warp * 16 + g;
-#if TILED
-    // The weight packed per 64-row tile and span (``fp4_wgmma.tile_weight``): 4 KB a span, thread i
-    // of the warpgroup's 32 bytes at 32 i (its rows g and g + 8, block t).
-    const int tile = blockIdx.x * WG + (warp >> 2), lid = threadIdx.x & 127;
-    if (!HAS_IDS && lid == 0)
-        prefetch_l2(w + a * (i64)swe + ((i64)tile * spans + first) * 4096, 4096u * (u32)max(min(last - first, PREFETCH), 0));
-#endif
     if (!HAS_IDS && t == 0) {  // the expert's id is another kernel's output
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const i64 n = min(row + 8 * h, N - 1);
-            prefetch_row(TILED ? nullptr : w + a * (i64)swe + n * swn, sc + a * (i64)sse + n * ssn, first,
-                         TILED ? first : last);
-            if (TILED && first < last) prefetch_line(sc + a * (i64)sse + n * ssn + 4 * first);
+            prefetch_row(w + a * (i64)swe + n * swn, sc + a * (i64)sse + n * ssn, first, last);
         }
     }
     after_previous_kernel();
@@ -219,11 +210,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const i64 n = min(row + 8 * h, N - 1);
-#if TILED
-        wp[h] = w + e * swe + ((i64)tile * spans + first) * 4096 + lid * 32 + 16 * h;
-#else
         wp[h] = w + e * swe + n * swn + 16 * (4 * first + t);
-#endif
         sp[h] = sc + e * sse + n * ssn + 4 * first + t;
     }
     // The weight streams through a ring of S stages in shared memory by asynchronous copies, each
@@ -237,12 +224,12 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         for (int j = 0; j < G; ++j) {
             const int at = first + G * q + j;
             if (at < last) {
-                const bool ok = TILED || at < whole || 4 * at + t < blocks;  // TILED: K padded with zeros
+                const bool ok = at < whole || 4 * at + t < blocks;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     copy_weight(ring + (u32)((stage * G + j) * 2 + h) * THREADS * 16, ok ? (const void*)wp[h] : w,
                                 ok ? 16u : 0u);
-                    wp[h] += TILED ? 4096 : 64;
+                    wp[h] += 64;
                 }
             }
         }

@@ -156,30 +156,28 @@ def source(nt: int) -> str:
     return COMMON.read_text() + _wgmma_chunk(nt) + "\n" + SOURCE.read_text()
 
 
-def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, trace: bool, tiled: bool) -> list[str]:
+def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, trace: bool) -> list[str]:
     macros = {"NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": config.slots, "MINB": config.min_blocks,
               "PAIRS": int(config.pipeline is Pipeline.PAIRS), "HAS_BIAS": bias, "HAS_IDS": int(has_ids),
               "PREFETCH": fp4_decode.PREFETCH_SPANS, "G": config.group, "CLUSTER": int(config.sums is Sums.CLUSTER),
-              "TRACE": int(trace), "TILED": int(tiled),
+              "TRACE": int(trace),
               "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
-def _name(config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False, tiled: bool = False) -> str:
+def _name(config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False) -> str:
     pairs = "_p" if config.pipeline is Pipeline.PAIRS else ""
     slots = (("" if config.slots == SLOTS else f"_x{config.slots}") + ("" if config.group == 1 else f"_r{config.group}")
              + ("_c" if config.sums is Sums.CLUSTER else ""))
     return (f"mxfp4_wgmma_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}{pairs}{slots}"
-            f"_{bias}{int(has_ids)}{'_t' if trace else ''}{'_w' if tiled else ''}")
+            f"_{bias}{int(has_ids)}{'_t' if trace else ''}")
 
 
-def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True, trace: bool = False,
-           tiled: bool = False) -> bytes:
+def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True, trace: bool = False) -> bytes:
     """The kernel's binary for ``sm_90a``: from ``_runtime``'s disk cache or NVRTC (``cached``), or
-    NVRTC's alone; ``trace``: the diagnostic build that records ``TRACE_FIELDS`` per CTA; ``tiled``:
-    the build that reads the weight's bytes as ``tile_weight`` packs them."""
+    NVRTC's alone; ``trace``: the diagnostic build that records ``TRACE_FIELDS`` per CTA."""
     build = _runtime.cached_cubin if cached else _runtime.compile_cubin
-    return build(*_compile_args(config, nt, bias, has_ids, trace, tiled))
+    return build(*_compile_args(config, nt, bias, has_ids, trace))
 
 
 def report(config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.PtxasReport:
@@ -187,30 +185,16 @@ def report(config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.PtxasR
     return _runtime.ptxas_report(*_compile_args(config, nt, bias, has_ids))
 
 
-def _compile_args(config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False,
-                  tiled: bool = False) -> tuple[str, str, str, list[str]]:
+def _compile_args(config: Config, nt: int, bias: int, has_ids: bool,
+                  trace: bool = False) -> tuple[str, str, str, list[str]]:
     """``_runtime``'s compile arguments for the kernel: source, name, architecture, options."""
-    name = _name(config, nt, bias, has_ids, trace, tiled)
-    return source(nt), name, "90a", _options(config, nt, bias, has_ids, name, trace, tiled)
+    name = _name(config, nt, bias, has_ids, trace)
+    return source(nt), name, "90a", _options(config, nt, bias, has_ids, name, trace)
 
 
-def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False,
-         tiled: bool = False) -> _runtime.Kernel:
+def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False) -> _runtime.Kernel:
     """``binary``'s result loaded into the current context."""
-    return _runtime.Kernel(code, _name(config, nt, bias, has_ids, trace, tiled), SHARED_BYTES)
-
-
-def tile_weight(data: torch.Tensor) -> torch.Tensor:
-    """MXFP4 bytes ``[E, N, K / 2]`` packed per 64-row tile and span of 128 elements (``[E, tiles,
-    spans * 4096]``, rows and ``K`` padded with zeros), as a ``tiled`` build reads them: the 4 KB a
-    warpgroup copies for one span contiguous, thread ``i`` (warp ``w``, lane ``4 g + t``) of it
-    holding at ``32 i + 16 h`` the bytes of block ``t`` of row ``16 w + 8 h + g``."""
-    E, N, half = data.shape
-    tiles, spans = -(-N // 64), -(-half // 64)
-    padded = torch.nn.functional.pad(data, (0, spans * 64 - half, 0, tiles * 64 - N))
-    # [E, tile, warp, h, g, span, t, byte] -> [E, tile, span, warp, g, t, h, byte]
-    order = padded.view(E, tiles, 4, 2, 8, spans, 4, 16).permute(0, 1, 5, 2, 4, 6, 3, 7)
-    return order.reshape(E, tiles, spans * 4096)
+    return _runtime.Kernel(code, _name(config, nt, bias, has_ids, trace), SHARED_BYTES)
 
 
 TRACE_SLOTS = 16
