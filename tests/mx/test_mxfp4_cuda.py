@@ -7,8 +7,6 @@ scale bytes at their extremes, expert ids and both bias dtypes; and the operands
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -45,8 +43,7 @@ def _name(config, nt, bias=0, ids=False) -> str:
     (fp4_decode.Config(2, 1, 8, 2, min_blocks=2), 4, 2, False),  # two spans a step, budgeted registers
     (fp4_decode.Config(2, 1, 8, 1, stages=3, x_async=True), 2, 2, True),  # the ring, x through it
     (fp4_decode.Config(1, 1, 8, 1, stages=3, x_paired=True), 8, 1, False),  # the ring, x paired by the host
-    (fp4_decode.Config(2, 1, 4, 1, True, balance=True), 2, 1, True),  # row tiles shared out evenly
-], ids=["registers", "double", "two-spans", "ring-x", "ring-paired", "balanced"])
+], ids=["registers", "double", "two-spans", "ring-x", "ring-paired"])
 def test_each_code_path_compiles_for_hopper_with_nvrtc(config, nt, bias, ids):
     """The source, with each way of keeping loads in flight, is valid CUDA for ``sm_90`` to the NVRTC
     this environment's torch brings: a GPU binary (ELF) whose symbol is the kernel's name."""
@@ -122,19 +119,6 @@ def test_splits_added_in_a_cluster_stay_within_the_portable_cluster(tiles, k):
     assert (split - 1) * per < -(-k // 128) <= split * per
 
 
-@pytest.mark.parametrize("tiles, A, resident, sms", [(896, 1, 4, 132), (45, 1, 8, 132), (90, 4, 3, 132),
-                                                     (224, 32, 2, 132), (7, 2, 1, 1)])
-def test_balanced_grid_gives_each_cta_an_even_share_of_the_tiles_once(tiles, A, resident, sms):
-    """``Config.balance``: no more CTAs than the SMs hold (for the grid's ``A`` rows together) nor than
-    tiles; CTA ``c`` takes tiles ``[c T // G, (c + 1) T // G)``: every tile once, none short by more
-    than one of another."""
-    grid = fp4_decode.balanced_grid(tiles, A, resident, sms)
-    assert 1 <= grid <= tiles and (grid * A <= resident * sms or grid == 1)
-    shares = [range(c * tiles // grid, (c + 1) * tiles // grid) for c in range(grid)]
-    assert [t for share in shares for t in share] == list(range(tiles))
-    assert max(map(len, shares)) - min(map(len, shares)) <= 1
-
-
 _ON = [pytest.param("cpu", id="torch"),
        pytest.param("cuda", id="kernel", marks=pytest.mark.skipif(not HOPPER, reason="x_order.cu needs a CUDA GPU of "
                                                                   "compute capability 9.0 or newer (the device machine)"))]
@@ -184,7 +168,6 @@ def test_bad_warpgroup_configurations_say_which_field_and_what_was_expected(kwar
     ({"wn": 8, "wk": 8}, "at most 1024"),
     ({"stages": 4, "x_early": True}, "x_early must be None, or a bool on the registers path"),
     ({"x_early": 1}, "x_early must be None, or a bool"),
-    ({"balance": 1}, "balance must be a bool"),
 ])
 def test_bad_configurations_say_which_field_and_what_was_expected(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -271,34 +254,6 @@ def test_the_warpgroup_kernel_against_the_spec_split_and_not(wg, stages, nt, blo
         tolerance = torch.finfo(torch.bfloat16).eps * exact.abs() + 2**-16 * exact.abs().amax(dim=1, keepdim=True)
         assert bool(((first.cpu().double() - exact).abs() <= tolerance).all())
     assert torch.equal(first.view(torch.int16), again.view(torch.int16))
-
-
-@requires_hopper
-@pytest.mark.parametrize("config, nt", [(fp4_decode.Config(1, 1, 4, 1, min_blocks=8), 1),
-                                        (fp4_decode.Config(2, 1, 4, 1, True, x_paired=True), 2),
-                                        (fp4_decode.Config(1, 1, 8, 1, stages=4), 1),
-                                        (fp4_decode.Config(2, 1, 8, 1, True), 4)],
-                         ids=["registers-wk4", "double-paired-x", "ring", "n32-wk8"])
-def test_row_tiles_shared_out_evenly_give_each_tile_s_bits(config, nt):
-    """A balanced grid (``Config.balance``) runs each row tile's arithmetic as the one-tile-a-CTA grid
-    does, CTAs taking several tiles one after another: bitwise the same ``y``, two experts, at N = 200
-    (a partial tile, within the bound of the float64 product) and at N past what the SMs hold at once
-    (every CTA five tiles or more)."""
-    balanced = dataclasses.replace(config, balance=True)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    resident = fp4_decode.kernel(balanced, nt, 0, True, 0).resident(config.threads, config.ring_bytes(nt))
-    wide = config.rows * 5 * (resident * sms // 2) + 3
-    assert fp4_decode.balanced_grid(-(-wide // config.rows), 2, resident, sms) * 5 <= -(-wide // config.rows)
-    for n in (200, wide):
-        g = torch.Generator().manual_seed(660 + nt)
-        x, data, scale = mxfp4_extreme_scales(g, n, 8 * nt - 2, 118, 128)
-        ids = torch.tensor([1, 0], dtype=torch.int32)
-        args = (x.cuda(), data.cuda(), scale.cuda(), ids.cuda(), None)
-        out = [fp4_decode.launch(c, *args, torch.empty(2, 8 * nt - 2, n, dtype=torch.bfloat16, device="cuda"))
-               for c in (config, balanced)]
-        assert torch.equal(out[0].view(torch.int16), out[1].view(torch.int16))
-        if n == 200:
-            assert_within_bf16_of(out[1].cpu(), _exact(x, data, scale, ids, None))
 
 
 @pytest.mark.skipif(not WARPGROUP,

@@ -28,11 +28,8 @@
 // PROBE (benchmarks only, register path): 1 loads without the arithmetic, 2 the arithmetic without
 // the loads; 0 otherwise.
 //
-// BALANCE: the grid is the host's count of CTAs (at most what the SMs hold at once), each taking an
-// even share of the row tiles, one after another; else one row tile a CTA.
-//
 // Configuration macros (set by the host): NT, RT, WN, WK, U, DB, X_EARLY, ASYNC, S, X_ASYNC,
-// X_PAIRED, PROBE, BALANCE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
+// X_PAIRED, PROBE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
 // 2 float32), HAS_IDS, KERNEL.
 
 // Elements between a thread's chunk q and q + 1 of x in a span, and between threads t and t + 1.
@@ -132,9 +129,260 @@ struct SpanX {
     }
 };
 
-// The CTA's sums of one row tile (its first warp along K's, the others' added) as bfloat16 y (+ bias).
-__device__ __forceinline__ void write_y(const float (&acc)[RT][NT][4], u16* ya, const void* bias, i64 e, int n0, int g,
-                                        int t, int M, int N, int sym, int sbe) {
+extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
+    const u16* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ sc, const void* __restrict__ bias,
+    const int* __restrict__ ids, u16* __restrict__ y, int M, int N, int K, int sxa, int sxm, int swe, int swn,
+    int sse, int ssn, int sya, int sym, int sbe) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int wn = warp % WN, wk = warp / WN;
+    const int a = blockIdx.y;
+    const int blocks = K >> 5;
+    const int spans = (blocks + 3) >> 2;
+    const int n0 = blockIdx.x * (16 * RT * WN) + wn * (16 * RT);
+    // Warp wk takes a contiguous range of spans.
+    const int per = (spans + WK - 1) / WK;
+    const int first = min(wk * per, spans), last = min(first + per, spans);
+    if (!HAS_IDS && t == 0) {  // the expert's id is another kernel's output
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const i64 n = min(n0 + 16 * r + g + 8 * h, N - 1);
+                prefetch_row(w + a * (i64)swe + n * swn, sc + a * (i64)sse + n * ssn, first, last);
+            }
+    }
+    after_previous_kernel();
+    const i64 e = HAS_IDS ? (i64)ids[a] : (i64)a;
+
+    const u16* xa = x + (i64)a * sxa;
+
+    float acc[RT][NT][4];
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[r][j][i] = 0.0f;
+
+    // Rows past N and tokens past M read row N - 1 and token M - 1 (their results are not written),
+    // so that only the one span that K ends inside (K % 128) needs its loads checked: there, a block
+    // past K reads as zeros, weight and x alike.
+    const int whole = blocks >> 2;  // spans whose four blocks all exist
+    // This thread's block of the next span to load, per row; moved on as spans are loaded
+    // (loop-carried, so not recomputed per span).
+    const u8* wp[RT][2];
+    const u8* sp[RT][2];
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const i64 n = min(n0 + 16 * r + g + 8 * h, N - 1);
+            wp[r][h] = w + e * swe + n * swn + 16 * (4 * first + t);
+            sp[r][h] = sc + e * sse + n * ssn + 4 * first + t;
+        }
+    }
+    const u16* xp[NT];  // x's block for the next span to read (or copy), token 8j + g
+#pragma unroll
+    for (int j = 0; j < NT; ++j) xp[j] = xa + (i64)min(8 * j + g, M - 1) * sxm + 128 * first + X_T * t;
+    // Span `at`'s arithmetic with x's words read from global memory at xp (zeros past K), then xp
+    // moved on; the test for K's last span is out of the unchecked copy, as in the loads.
+    auto span_with_global_x = [&](const u32 (&wv)[RT][2][4], const u32 (&sv)[RT][2], int at) {
+        if (at < whole)
+            one_span(acc, wv, sv, SpanX{xp, true});
+        else
+            one_span(acc, wv, sv, SpanX{xp, 4 * at + t < blocks});
+#pragma unroll
+        for (int j = 0; j < NT; ++j) xp[j] += 128;
+    };
+
+#if ASYNC
+    // Each warp streams its spans through its own ring of S stages in shared memory: S - 1 spans
+    // in flight while one is computed; a thread reads back only the bytes it copied itself. The
+    // scale bytes come to registers, loaded as their span is copied.
+    extern __shared__ uint4 ring[];
+    constexpr int SLOT = (RT * 2 + (X_ASYNC ? NT * 4 : 0)) * 32;  // 16-byte units per stage of a warp
+    const u32 base = shared_address(ring) + (u32)(warp * S * SLOT * 16 + lane * 16);
+    u32 scales[S][RT][2];
+    // Span `at` copied into `stage`; `check`: the span K ends inside (a literal at each call).
+    auto issue_span = [&](bool check, int at, int stage) {
+        const bool ok = !check || 4 * at + t < blocks;
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                copy_weight(base + (stage * SLOT + (r * 2 + h) * 32) * 16, ok ? (const void*)wp[r][h] : w,
+                            ok ? 16u : 0u);
+                scales[stage][r][h] = ok ? load_scale(sp[r][h]) : 127u;
+                wp[r][h] += 64;
+                sp[r][h] += 4;
+            }
+        }
+#if X_ASYNC
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                copy_x(base + (stage * SLOT + (RT * 2 + j * 4 + q) * 32) * 16,
+                       ok ? (const void*)(xp[j] + X_CHUNK * q) : x,
+                       ok ? 16u : 0u);
+            xp[j] += 128;
+        }
+#endif
+    };
+    auto issue = [&](int at, int stage) {
+        if (at < last) {
+            if (at < whole)
+                issue_span(false, at, stage);
+            else
+                issue_span(true, at, stage);
+        }
+    };
+    auto consume = [&](int at, int stage) {
+        if (at < last) {
+            u32 words[RT][2][4];
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) load_shared(base + (stage * SLOT + (r * 2 + h) * 32) * 16, words[r][h]);
+#if X_ASYNC
+            one_span(acc, words, scales[stage], SharedX{base + (stage * SLOT + RT * 2 * 32) * 16});
+#else
+            span_with_global_x(words, scales[stage], at);
+#endif
+        }
+    };
+#pragma unroll
+    for (int j = 0; j < S - 1; ++j) {
+        issue(first + j, j);
+        copies_commit();
+    }
+    for (int i0 = first; i0 < last; i0 += S) {
+#pragma unroll
+        for (int j = 0; j < S; ++j) {
+            issue(i0 + j + S - 1, (j + S - 1) % S);
+            copies_commit();
+            copies_wait<S - 1>();
+            consume(i0 + j, j);
+        }
+    }
+    copies_wait<0>();
+#else
+    // Registers: U spans a step, loaded whole before their arithmetic (DB: the next step's loads
+    // issued first).
+    constexpr int XU = X_EARLY ? U : 1;
+    constexpr int XJ = X_EARLY ? NT : 1;
+    // Span `at`'s words; `check` (the span K ends inside; a literal at each call, so that the
+    // unchecked copy has no tests): a block past K reads as zeros.
+    auto load_span = [&](bool check, u32 (&wv)[RT][2][4], u32 (&sv)[RT][2], u32 (&xv)[XJ][4][4], int at) {
+        const bool ok = !check || 4 * at + t < blocks;
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                if (PROBE == 2) {  // arithmetic only: made-up words, no loads
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) wv[r][h][q] = (u32)(at * 16 + t * 4 + q + r * 2 + h) * 0x9E3779B9u;
+                    sv[r][h] = 120u;
+                } else if (ok) {
+                    load_weight(wp[r][h], wv[r][h][0], wv[r][h][1], wv[r][h][2], wv[r][h][3]);
+                    sv[r][h] = load_scale(sp[r][h]);
+                } else {
+                    wv[r][h][0] = wv[r][h][1] = wv[r][h][2] = wv[r][h][3] = 0u;
+                    sv[r][h] = 127u;
+                }
+                wp[r][h] += 64;
+                sp[r][h] += 4;
+            }
+        }
+#if X_EARLY
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                if (ok)
+                    load_x(xp[j] + X_CHUNK * q, xv[j][q][0], xv[j][q][1], xv[j][q][2], xv[j][q][3]);
+                else
+                    xv[j][q][0] = xv[j][q][1] = xv[j][q][2] = xv[j][q][3] = 0u;
+            }
+            xp[j] += 128;
+        }
+#endif
+    };
+    auto load = [&](u32 (&wv)[U][RT][2][4], u32 (&sv)[U][RT][2], u32 (&xv)[XU][XJ][4][4], int span) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (u == 0 || span + u < last) {
+                if (span + u < whole)
+                    load_span(false, wv[u], sv[u], xv[X_EARLY ? u : 0], span + u);
+                else
+                    load_span(true, wv[u], sv[u], xv[X_EARLY ? u : 0], span + u);
+            }
+        }
+    };
+    auto math = [&](const u32 (&wv)[U][RT][2][4], const u32 (&sv)[U][RT][2], const u32 (&xv)[XU][XJ][4][4], int span) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (u == 0 || span + u < last) {
+#if PROBE == 1  // loads only: the words folded into the result, no arithmetic
+                u32 fold = sv[u][0][0];
+#pragma unroll
+                for (int r = 0; r < RT; ++r)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        fold ^= wv[u][r][h][0] ^ wv[u][r][h][1] ^ wv[u][r][h][2] ^ wv[u][r][h][3];
+                acc[0][0][0] += (float)(fold & 1u);
+#elif X_EARLY
+                one_span(acc, wv[u], sv[u], RegisterX{xv[u]});
+#else
+                span_with_global_x(wv[u], sv[u], span + u);
+#endif
+            }
+        }
+    };
+    u32 wa[U][RT][2][4], sa[U][RT][2], xa_[XU][XJ][4][4];
+#if DB
+    u32 wb[U][RT][2][4], sb[U][RT][2], xb_[XU][XJ][4][4];
+    if (first < last) load(wa, sa, xa_, first);
+    for (int span = first; span < last; span += 2 * U) {
+        if (span + U < last) load(wb, sb, xb_, span + U);
+        math(wa, sa, xa_, span);
+        if (span + 2 * U < last) load(wa, sa, xa_, span + 2 * U);
+        if (span + U < last) math(wb, sb, xb_, span + U);
+    }
+#else
+    for (int span = first; span < last; span += U) {
+        load(wa, sa, xa_, span);
+        math(wa, sa, xa_, span);
+    }
+#endif
+#endif
+
+    let_next_kernel_start();
+
+#if WK > 1
+    __shared__ float partial[WK - 1][WN][RT][NT][4][32];
+    if (wk > 0) {
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) partial[wk - 1][wn][r][j][i][lane] = acc[r][j][i];
+    }
+    __syncthreads();
+    if (wk > 0) return;
+#pragma unroll
+    for (int p = 0; p < WK - 1; ++p)
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[r][j][i] += partial[p][wn][r][j][i][lane];
+#endif
+
+    u16* ya = y + (i64)a * sya;
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
 #pragma unroll
@@ -156,279 +404,5 @@ __device__ __forceinline__ void write_y(const float (&acc)[RT][NT][4], u16* ya, 
                 }
             }
         }
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
-    const u16* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ sc, const void* __restrict__ bias,
-    const int* __restrict__ ids, u16* __restrict__ y, int M, int N, int K, int sxa, int sxm, int swe, int swn,
-    int sse, int ssn, int sya, int sym, int sbe) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int wn = warp % WN, wk = warp / WN;
-    const int a = blockIdx.y;
-    const int blocks = K >> 5;
-    const int spans = (blocks + 3) >> 2;
-#if BALANCE
-    // The row tiles [t0, t1) of an even share: each SM's CTAs hold as many tiles as another's, to
-    // one tile, where one tile a CTA leaves some SMs a CTA more than others.
-    const int tiles = (N + 16 * RT * WN - 1) / (16 * RT * WN);
-    const int t0 = (int)((i64)blockIdx.x * tiles / gridDim.x), t1 = (int)((i64)(blockIdx.x + 1) * tiles / gridDim.x);
-    const int count = t1 - t0;
-#else
-    const int t0 = blockIdx.x;
-    constexpr int count = 1;  // a literal: the loop below is not one
-#endif
-    // Warp wk takes a contiguous range of spans.
-    const int per = (spans + WK - 1) / WK;
-    const int first = min(wk * per, spans), last = min(first + per, spans);
-    if (!HAS_IDS && t == 0 && count > 0) {  // the expert's id is another kernel's output
-        const int n0 = t0 * (16 * RT * WN) + wn * (16 * RT);
-#pragma unroll
-        for (int r = 0; r < RT; ++r)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const i64 n = min(n0 + 16 * r + g + 8 * h, N - 1);
-                prefetch_row(w + a * (i64)swe + n * swn, sc + a * (i64)sse + n * ssn, first, last);
-            }
-    }
-    after_previous_kernel();
-    const i64 e = HAS_IDS ? (i64)ids[a] : (i64)a;
-
-    const u16* xa = x + (i64)a * sxa;
-    for (int step = 0; step < count; ++step) {
-        const int tile = t0 + step;
-        const int n0 = tile * (16 * RT * WN) + wn * (16 * RT);
-
-        float acc[RT][NT][4];
-#pragma unroll
-        for (int r = 0; r < RT; ++r)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) acc[r][j][i] = 0.0f;
-
-        // Rows past N and tokens past M read row N - 1 and token M - 1 (their results are not written),
-        // so that only the one span that K ends inside (K % 128) needs its loads checked: there, a block
-        // past K reads as zeros, weight and x alike.
-        const int whole = blocks >> 2;  // spans whose four blocks all exist
-        // This thread's block of the next span to load, per row; moved on as spans are loaded
-        // (loop-carried, so not recomputed per span).
-        const u8* wp[RT][2];
-        const u8* sp[RT][2];
-#pragma unroll
-        for (int r = 0; r < RT; ++r) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const i64 n = min(n0 + 16 * r + g + 8 * h, N - 1);
-                wp[r][h] = w + e * swe + n * swn + 16 * (4 * first + t);
-                sp[r][h] = sc + e * sse + n * ssn + 4 * first + t;
-            }
-        }
-        const u16* xp[NT];  // x's block for the next span to read (or copy), token 8j + g
-#pragma unroll
-        for (int j = 0; j < NT; ++j) xp[j] = xa + (i64)min(8 * j + g, M - 1) * sxm + 128 * first + X_T * t;
-        // Span `at`'s arithmetic with x's words read from global memory at xp (zeros past K), then xp
-        // moved on; the test for K's last span is out of the unchecked copy, as in the loads.
-        auto span_with_global_x = [&](const u32 (&wv)[RT][2][4], const u32 (&sv)[RT][2], int at) {
-            if (at < whole)
-                one_span(acc, wv, sv, SpanX{xp, true});
-            else
-                one_span(acc, wv, sv, SpanX{xp, 4 * at + t < blocks});
-#pragma unroll
-            for (int j = 0; j < NT; ++j) xp[j] += 128;
-        };
-
-#if ASYNC
-        // Each warp streams its spans through its own ring of S stages in shared memory: S - 1 spans
-        // in flight while one is computed; a thread reads back only the bytes it copied itself. The
-        // scale bytes come to registers, loaded as their span is copied.
-        extern __shared__ uint4 ring[];
-        constexpr int SLOT = (RT * 2 + (X_ASYNC ? NT * 4 : 0)) * 32;  // 16-byte units per stage of a warp
-        const u32 base = shared_address(ring) + (u32)(warp * S * SLOT * 16 + lane * 16);
-        u32 scales[S][RT][2];
-        // Span `at` copied into `stage`; `check`: the span K ends inside (a literal at each call).
-        auto issue_span = [&](bool check, int at, int stage) {
-            const bool ok = !check || 4 * at + t < blocks;
-#pragma unroll
-            for (int r = 0; r < RT; ++r) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    copy_weight(base + (stage * SLOT + (r * 2 + h) * 32) * 16, ok ? (const void*)wp[r][h] : w,
-                                ok ? 16u : 0u);
-                    scales[stage][r][h] = ok ? load_scale(sp[r][h]) : 127u;
-                    wp[r][h] += 64;
-                    sp[r][h] += 4;
-                }
-            }
-#if X_ASYNC
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-#pragma unroll
-                for (int q = 0; q < 4; ++q)
-                    copy_x(base + (stage * SLOT + (RT * 2 + j * 4 + q) * 32) * 16,
-                           ok ? (const void*)(xp[j] + X_CHUNK * q) : x,
-                           ok ? 16u : 0u);
-                xp[j] += 128;
-            }
-#endif
-        };
-        auto issue = [&](int at, int stage) {
-            if (at < last) {
-                if (at < whole)
-                    issue_span(false, at, stage);
-                else
-                    issue_span(true, at, stage);
-            }
-        };
-        auto consume = [&](int at, int stage) {
-            if (at < last) {
-                u32 words[RT][2][4];
-#pragma unroll
-                for (int r = 0; r < RT; ++r)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) load_shared(base + (stage * SLOT + (r * 2 + h) * 32) * 16, words[r][h]);
-#if X_ASYNC
-                one_span(acc, words, scales[stage], SharedX{base + (stage * SLOT + RT * 2 * 32) * 16});
-#else
-                span_with_global_x(words, scales[stage], at);
-#endif
-            }
-        };
-#pragma unroll
-        for (int j = 0; j < S - 1; ++j) {
-            issue(first + j, j);
-            copies_commit();
-        }
-        for (int i0 = first; i0 < last; i0 += S) {
-#pragma unroll
-            for (int j = 0; j < S; ++j) {
-                issue(i0 + j + S - 1, (j + S - 1) % S);
-                copies_commit();
-                copies_wait<S - 1>();
-                consume(i0 + j, j);
-            }
-        }
-        copies_wait<0>();
-#else
-        // Registers: U spans a step, loaded whole before their arithmetic (DB: the next step's loads
-        // issued first).
-        constexpr int XU = X_EARLY ? U : 1;
-        constexpr int XJ = X_EARLY ? NT : 1;
-        // Span `at`'s words; `check` (the span K ends inside; a literal at each call, so that the
-        // unchecked copy has no tests): a block past K reads as zeros.
-        auto load_span = [&](bool check, u32 (&wv)[RT][2][4], u32 (&sv)[RT][2], u32 (&xv)[XJ][4][4], int at) {
-            const bool ok = !check || 4 * at + t < blocks;
-#pragma unroll
-            for (int r = 0; r < RT; ++r) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    if (PROBE == 2) {  // arithmetic only: made-up words, no loads
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) wv[r][h][q] = (u32)(at * 16 + t * 4 + q + r * 2 + h) * 0x9E3779B9u;
-                        sv[r][h] = 120u;
-                    } else if (ok) {
-                        load_weight(wp[r][h], wv[r][h][0], wv[r][h][1], wv[r][h][2], wv[r][h][3]);
-                        sv[r][h] = load_scale(sp[r][h]);
-                    } else {
-                        wv[r][h][0] = wv[r][h][1] = wv[r][h][2] = wv[r][h][3] = 0u;
-                        sv[r][h] = 127u;
-                    }
-                    wp[r][h] += 64;
-                    sp[r][h] += 4;
-                }
-            }
-#if X_EARLY
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    if (ok)
-                        load_x(xp[j] + X_CHUNK * q, xv[j][q][0], xv[j][q][1], xv[j][q][2], xv[j][q][3]);
-                    else
-                        xv[j][q][0] = xv[j][q][1] = xv[j][q][2] = xv[j][q][3] = 0u;
-                }
-                xp[j] += 128;
-            }
-#endif
-        };
-        auto load = [&](u32 (&wv)[U][RT][2][4], u32 (&sv)[U][RT][2], u32 (&xv)[XU][XJ][4][4], int span) {
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (u == 0 || span + u < last) {
-                    if (span + u < whole)
-                        load_span(false, wv[u], sv[u], xv[X_EARLY ? u : 0], span + u);
-                    else
-                        load_span(true, wv[u], sv[u], xv[X_EARLY ? u : 0], span + u);
-                }
-            }
-        };
-        auto math = [&](const u32 (&wv)[U][RT][2][4], const u32 (&sv)[U][RT][2], const u32 (&xv)[XU][XJ][4][4],
-                        int span) {
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (u == 0 || span + u < last) {
-#if PROBE == 1  // loads only: the words folded into the result, no arithmetic
-                    u32 fold = sv[u][0][0];
-#pragma unroll
-                    for (int r = 0; r < RT; ++r)
-#pragma unroll
-                        for (int h = 0; h < 2; ++h)
-                            fold ^= wv[u][r][h][0] ^ wv[u][r][h][1] ^ wv[u][r][h][2] ^ wv[u][r][h][3];
-                    acc[0][0][0] += (float)(fold & 1u);
-#elif X_EARLY
-                    one_span(acc, wv[u], sv[u], RegisterX{xv[u]});
-#else
-                    span_with_global_x(wv[u], sv[u], span + u);
-#endif
-                }
-            }
-        };
-        u32 wa[U][RT][2][4], sa[U][RT][2], xa_[XU][XJ][4][4];
-#if DB
-        u32 wb[U][RT][2][4], sb[U][RT][2], xb_[XU][XJ][4][4];
-        if (first < last) load(wa, sa, xa_, first);
-        for (int span = first; span < last; span += 2 * U) {
-            if (span + U < last) load(wb, sb, xb_, span + U);
-            math(wa, sa, xa_, span);
-            if (span + 2 * U < last) load(wa, sa, xa_, span + 2 * U);
-            if (span + U < last) math(wb, sb, xb_, span + U);
-        }
-#else
-        for (int span = first; span < last; span += U) {
-            load(wa, sa, xa_, span);
-            math(wa, sa, xa_, span);
-        }
-#endif
-#endif
-
-        if (step == count - 1) let_next_kernel_start();
-
-#if WK > 1
-        __shared__ float partial[WK - 1][WN][RT][NT][4][32];
-        if (wk > 0) {
-#pragma unroll
-            for (int r = 0; r < RT; ++r)
-#pragma unroll
-                for (int j = 0; j < NT; ++j)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) partial[wk - 1][wn][r][j][i][lane] = acc[r][j][i];
-        }
-        __syncthreads();
-        if (wk == 0) {
-#pragma unroll
-            for (int p = 0; p < WK - 1; ++p)
-#pragma unroll
-                for (int r = 0; r < RT; ++r)
-#pragma unroll
-                    for (int j = 0; j < NT; ++j)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) acc[r][j][i] += partial[p][wn][r][j][i][lane];
-#endif
-            write_y(acc, y + (i64)a * sya, bias, e, n0, g, t, M, N, sym, sbe);
-#if WK > 1
-        }
-        if (step + 1 < count) __syncthreads();  // the next tile's sums take `partial` again
-#endif
     }
 }

@@ -41,9 +41,7 @@ class Config:
     ``x``). ``min_blocks``: CTAs per SM the register budget is cut for (``__launch_bounds__``).
     ``x_early`` (registers path): ``x``'s words of a span loaded with the weight's, into registers
     (``double``: two spans' worth), or not (read through L1 as the arithmetic reaches them); None:
-    early up to two token tiles, where they take the fewest registers. ``balance``: as many CTAs as
-    the SMs hold at once (or fewer), each taking an even share of the row tiles one after another,
-    so that no SM holds a CTA more than another; else one row tile a CTA."""
+    early up to two token tiles, where they take the fewest registers."""
 
     rt: int = 1
     wn: int = 1
@@ -55,7 +53,6 @@ class Config:
     x_paired: bool = False
     min_blocks: int = 1
     x_early: bool | None = None
-    balance: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rt", "wn", "wk", "spans", "min_blocks"):
@@ -64,8 +61,6 @@ class Config:
                 raise ValueError(f"fp4_decode.Config: {name} must be a positive int, got {value!r}")
         if self.stages == 1 or self.stages < 0:
             raise ValueError(f"fp4_decode.Config: stages must be 0 (registers) or at least 2, got {self.stages!r}")
-        if not isinstance(self.balance, bool):
-            raise ValueError(f"fp4_decode.Config: balance must be a bool, got {self.balance!r}")
         if self.x_early is not None and (self.stages or not isinstance(self.x_early, bool)):
             raise ValueError(f"fp4_decode.Config: x_early must be None, or a bool on the registers path (stages=0), "
                              f"got {self.x_early!r} with stages={self.stages}")
@@ -144,7 +139,7 @@ def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe
     macros = {"NT": nt, "RT": config.rt, "WN": config.wn, "WK": config.wk, "U": config.spans,
               "DB": int(config.double), "ASYNC": int(config.stages > 0), "S": max(config.stages, 2),
               "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired),
-              "X_EARLY": int(x_early(config, nt)), "PROBE": probe, "MINB": config.min_blocks, "BALANCE": int(config.balance),
+              "X_EARLY": int(x_early(config, nt)), "PROBE": probe, "MINB": config.min_blocks,
               "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": PREFETCH_SPANS, "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
@@ -157,7 +152,7 @@ def x_early(config: Config, nt: int) -> bool:
 def _name(config: Config, nt: int, bias: int, has_ids: bool) -> str:
     return (f"mxfp4_decode_n{nt}_r{config.rt}_wn{config.wn}_wk{config.wk}_u{config.spans}_d{int(config.double)}"
             f"_s{config.stages}_x{int(config.x_async)}{int(config.x_paired)}{int(x_early(config, nt))}"
-            f"_b{config.min_blocks}{'_e' if config.balance else ''}_{bias}{int(has_ids)}")
+            f"_b{config.min_blocks}_{bias}{int(has_ids)}")
 
 
 def source() -> str:
@@ -218,13 +213,6 @@ def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Ten
     return launch_loaded(run, config, x, data, scale, ids, bias, y)
 
 
-def balanced_grid(tiles: int, A: int, resident: int, sms: int) -> int:
-    """CTAs along the row tiles for ``Config.balance``: as many as the SMs hold at once, shared among
-    ``A`` rows of the grid (one CTA at least), and no more than the tiles; CTA ``c`` takes the tiles
-    from ``c tiles // CTAs`` to ``(c + 1) tiles // CTAs``."""
-    return max(1, min(tiles, resident * sms // A))
-
-
 def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor,
                   ids: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor,
                   dependent: bool = True) -> torch.Tensor:
@@ -234,11 +222,7 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
     N = data.shape[-2]
     if config.x_paired:  # each 8 elements as the MMA pairs them, each span's chunks in (q, t) order
         x = paired_x(x)
-    tiles = -(-N // config.rows)
-    if config.balance:
-        tiles = balanced_grid(tiles, A, run.resident(config.threads, config.ring_bytes(token_tiles(M))),
-                              torch.cuda.get_device_properties(x.device).multi_processor_count)
-    run((tiles, A, 1), (config.threads, 1, 1),
+    run((-(-N // config.rows), A, 1), (config.threads, 1, 1),
         [x, data, scale, bias, ids, y, M, N, K, x.stride(0), x.stride(1), data.stride(0), data.stride(1),
          scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],
         torch.cuda.current_stream(x.device).cuda_stream, config.ring_bytes(token_tiles(M)), dependent)

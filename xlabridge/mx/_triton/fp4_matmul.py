@@ -10,7 +10,7 @@ dtype; and the token tiles of 8 rows the decode kernel takes) times every candid
 for that row tile (and of ``DECODE`` for that number of token tiles) that compiles and agrees with the
 exact ``"triton"`` mode on that call's own tensors (``_gpu_time``: CUDA-graph replays, so that the
 host's launch overhead, which differs between launchers, is not counted, with the L2 cache
-overwritten before each call, so each is timed reading its weight from HBM, as decode does), and
+refilled by a read before each call, so each is timed reading its weight from HBM, as decode does), and
 keeps the fastest; ``TUNING`` records every candidate's time or error (``tools/bench/mx4_linear.py`` writes
 it out). A call while a CUDA graph is being captured cannot time anything: it takes the key's
 choice if there is one, else ``DEFAULT``. Under Triton's CPU interpreter the kernel runs
@@ -92,14 +92,10 @@ def _decode(*configs: fp4_decode.Config | fp4_wgmma.Config) -> tuple[Config, ...
 _D, _W, _PAIRS, _C = fp4_decode.Config, fp4_wgmma.Config, fp4_wgmma.Pipeline.PAIRS, fp4_wgmma.Sums.CLUSTER
 DECODE: dict[int, tuple[Config, ...]] = {
     1: _decode(_D(1, 1, 8, 1, min_blocks=4), _D(1, 1, 16, 1, min_blocks=2), _D(2, 1, 4, 1, True), _D(2, 1, 4, 1),
-               _D(2, 2, 4, 1, True), _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False),
-               _D(1, 1, 8, 1, min_blocks=4, balance=True), _D(2, 1, 4, 1, balance=True),
-               _D(1, 1, 16, 1, min_blocks=2, balance=True), _D(2, 1, 4, 1, True, balance=True)),
+               _D(2, 2, 4, 1, True), _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False)),
     2: _decode(_D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 16, 1), _D(2, 1, 4, 1, x_paired=True),
                _D(2, 1, 8, 1, True), _D(2, 1, 8, 1), _W(2, 4, 1, 2), _D(1, 1, 4, 1, True, x_paired=True, x_early=False),
-               _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False),
-               _D(1, 1, 4, 1, True, x_paired=True, balance=True), _D(2, 1, 4, 1, x_paired=True, balance=True),
-               _D(2, 1, 16, 1, balance=True), _D(2, 1, 8, 1, True, balance=True)),
+               _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False)),
     4: _decode(_W(2, 4, 1, 1, _PAIRS, 2), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 8, 4),
                _W(1, 8, 2, 2, _PAIRS, 3), _D(4, 1, 4, 1), _W(1, 8, 2, 1, sums=_C), _W(2, 4, 1, 2, sums=_C),
                _W(2, 4, 1, 2, _PAIRS, 3)),
@@ -248,17 +244,20 @@ def _replay_ms(graph) -> float:
 
 def _gpu_time(fn, reps: int = 8, rounds: int = 5) -> float:
     """Median ms of one ``fn()`` reading its operands from HBM: a CUDA graph of ``reps`` times (L2
-    overwritten, then ``fn``) replayed, less a graph of the overwrites alone, in ``rounds`` pairs."""
+    refilled, then ``fn``) replayed, less a graph of the refills alone, in ``rounds`` pairs. The refill
+    reads twice L2's size: written instead, it would leave L2 full of lines that must be written back
+    while ``fn`` reads its weight, twice the HBM traffic a decode step sees, which misranks
+    candidates whose times are close."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    flush = torch.empty(2 * max(props.L2_cache_size, 1 << 20) // 4, dtype=torch.int32, device="cuda")
+    flush = torch.ones(2 * max(props.L2_cache_size, 1 << 20) // 4, dtype=torch.int32, device="cuda")
     both, alone = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
     with torch.cuda.graph(both):
         for _ in range(reps):
-            flush.zero_()
+            flush.sum()
             fn()
     with torch.cuda.graph(alone):
         for _ in range(reps):
-            flush.zero_()
+            flush.sum()
     _replay_ms(both), _replay_ms(alone)
     times = sorted((_replay_ms(both) - _replay_ms(alone)) / reps for _ in range(rounds))
     return times[len(times) // 2]
