@@ -743,6 +743,19 @@ def _mx4_late_x(data: dict) -> list[str]:
     ]
 
 
+def _mx4_balance(data: dict) -> list[str]:
+    decode = lambda c: c.get("kernel") == "fp4_decode"  # noqa: E731
+    rows = _fastest_rows(data, [lambda c: decode(c) and not c.get("balance"), lambda c: decode(c) and c.get("balance")])
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}; xlabridge at {data['commit']}. The tuning's decode "
+        "candidates, one row tile a CTA, and their twins launched as a balanced grid (as many CTAs as the SMs hold, "
+        "each an even share of the row tiles one after another, so that no SM holds a CTA more than another): the "
+        "fastest of each within the bound:",
+        "",
+        *_table(["shape", "tokens", "bf16", "one tile a CTA", "balanced"], rows),
+    ]
+
+
 def _mx4_wgmma_cluster(data: dict) -> list[str]:
     rows = _fastest_rows(data, [lambda c, n=n: c["cluster"] == n for n in (1, 2, 4)])
     return [
@@ -925,6 +938,10 @@ BENCHMARKS = (
     Benchmark("mx4_linear_h200_rerun.json", "tools/bench/mx4_linear.py", "The same benchmark again on another H200",
               "The benchmark run again on another H200 the device machine lent, the code the same but for the "
               "warpgroup kernel's cluster candidates (timed, never chosen): how far two runs differ.", _mx4_linear),
+    Benchmark("mx4_linear_write_refill_h100.json", "tools/bench/mx4_linear.py", "The same benchmark, the tuning's L2 refill written",
+              "The benchmark one build earlier, whose tuning refilled L2 before each timed call by writing twice its size "
+              "(the dirty lines' write-back then shared HBM with the weight's reads) where it now reads it; the "
+              "candidates the same but for balanced twins of the decode kernel's, never chosen.", _mx4_linear),
     Benchmark("mx4_decode_sweep.json", "tools/bench/mx4_decode_sweep.py --tokens 1,16", "The CUDA decode kernel's sweep",
               "Every configuration of an earlier build of the CUDA MXFP4 decode kernel (addresses recomputed each span) "
               "on the H100, at 1 and 16 tokens.", _mx4_decode_sweep),
@@ -972,6 +989,10 @@ BENCHMARKS = (
               "The warpgroup kernel traced with its sums in a cluster",
               "The same trace at 64 tokens with the scale bytes two spans ahead, a split's sums added through "
               "global memory and through a cluster.", _mx4_wgmma_trace),
+    Benchmark("mx4_balance_h100.json", "tools/bench/mx4_decode_sweep.py --kernels candidates --tokens 1,8,16",
+              "Row tiles shared out evenly across the SMs: not kept",
+              "The decode kernel's candidates with one row tile a CTA and as a balanced grid of CTAs taking several "
+              "tiles each.", _mx4_balance),
     Benchmark("mx4_wgmma_cluster_h200.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma --tokens 16,32,64",
               "x shared by a cluster of CTAs: not kept",
               "The warpgroup kernel with x multicast to a thread block cluster of 2 or 4 row tiles, so that each span "
