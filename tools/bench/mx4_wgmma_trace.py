@@ -37,8 +37,10 @@ F = fp4_wgmma.TRACE_FIELDS
 def _config(text: str) -> fp4_wgmma.Config:
     """``wg,stages,per_sm,min_blocks,pipeline,slots[,group[,sums]]`` (``1,4,1,1,pairs,2,1,cluster``)."""
     wg, stages, per_sm, blocks, pipeline, slots, *rest = text.split(",")
+    group = int(rest[0]) if rest else 1
+    sums = fp4_wgmma.Sums(rest[1]) if len(rest) > 1 else fp4_wgmma.Sums.GLOBAL
     return fp4_wgmma.Config(int(wg), int(stages), int(per_sm), int(blocks), fp4_wgmma.Pipeline(pipeline), int(slots),
-                            int(rest[0]) if rest else 1, fp4_wgmma.Sums(rest[1]) if len(rest) > 1 else fp4_wgmma.Sums.GLOBAL)
+                            group, sums)
 
 
 def summarize(trace: np.ndarray) -> dict:

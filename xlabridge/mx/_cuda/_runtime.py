@@ -184,7 +184,6 @@ class Kernel:
         self._function = ctypes.c_void_p()
         _check(driver().cuModuleGetFunction(ctypes.byref(self._function), self._module, name.encode()))
         self.name = name
-        self._resident: dict[tuple[int, int], int] = {}
         if dynamic_shared:  # past 48 KiB with the static part, the driver must be told first
             _check(driver().cuFuncSetAttribute(self._function, _MAX_DYNAMIC_SHARED, dynamic_shared))
 
@@ -207,12 +206,10 @@ class Kernel:
         """How many CTAs of ``threads`` threads and ``shared`` bytes of dynamic shared memory an SM
         holds at once, by the driver's count (registers, shared memory, threads): a grid of more
         CTAs than the SMs hold runs in waves."""
-        if (threads, shared) not in self._resident:  # a launch may ask each time: the driver's answer kept
-            blocks = ctypes.c_int()
-            _check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(blocks), self._function,
-                                                                        threads, ctypes.c_size_t(shared)))
-            self._resident[threads, shared] = blocks.value
-        return self._resident[threads, shared]
+        blocks = ctypes.c_int()
+        _check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(blocks), self._function,
+                                                                    threads, ctypes.c_size_t(shared)))
+        return blocks.value
 
     def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence, stream: int,
                  shared: int = 0, dependent: bool = False, cluster: tuple[int, int, int] | None = None) -> None:

@@ -114,6 +114,14 @@ __device__ __forceinline__ float4 load_cluster(u32 address) {
     return v;
 }
 
+// One split's four sums of token tile j (a thread's, in its order) added to acc.
+__device__ __forceinline__ void add_sums(float (&acc)[NT * 4], int j, float4 v) {
+    acc[4 * j] += v.x;
+    acc[4 * j + 1] += v.y;
+    acc[4 * j + 2] += v.z;
+    acc[4 * j + 3] += v.w;
+}
+
 // A shared-memory matrix descriptor without swizzling: start address, leading byte offset (between
 // the core matrices along K) and stride byte offset (between those along N), in 16-byte units.
 __device__ __forceinline__ unsigned long long descriptor(u32 address, u32 leading, u32 stride) {
@@ -421,17 +429,11 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
             for (int i = 0; i < NT * 4; ++i) acc[i] = 0.0f;
             for (int p = 0; p < splits; ++p) {
                 const u32 theirs = cluster_map(mine, (u32)p);
-                float4 v4[NT];
+                float4 v[NT];  // all loaded before any is added
 #pragma unroll
-                for (int j = 0; j < NT; ++j) v4[j] = load_cluster(theirs + j * THREADS * 16);
+                for (int j = 0; j < NT; ++j) v[j] = load_cluster(theirs + j * THREADS * 16);
 #pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    const float4 v = v4[j];
-                    acc[4 * j] += v.x;
-                    acc[4 * j + 1] += v.y;
-                    acc[4 * j + 2] += v.z;
-                    acc[4 * j + 3] += v.w;
-                }
+                for (int j = 0; j < NT; ++j) add_sums(acc, j, v[j]);
             }
         }
         cluster_sync();
@@ -477,11 +479,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         for (int p = 0; p < splits; ++p) {
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
-                const float4 v = __ldcg(tile + (p * NT + j) * THREADS);
-                acc[4 * j] += v.x;
-                acc[4 * j + 1] += v.y;
-                acc[4 * j + 2] += v.z;
-                acc[4 * j + 3] += v.w;
+                add_sums(acc, j, __ldcg(tile + (p * NT + j) * THREADS));
             }
         }
 #else

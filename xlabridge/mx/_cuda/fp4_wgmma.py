@@ -26,10 +26,10 @@ SOURCE = Path(__file__).with_name("fp4_wgmma.cu")
 SHARED_BYTES = 226 * 1024
 """The shared memory a CTA may take: a Hopper SM's 227 KiB for one CTA, less the kernel's own."""
 SPAN_BYTES = 2048
+"""Shared memory per span of 128 elements of ``K`` and per 8-token tile of ``x`` (bfloat16)."""
 MAX_CLUSTER = 8
 """The most CTAs of a thread block cluster every Hopper GPU launches (the portable size): the most
 splits of ``K`` a ``Sums.CLUSTER`` launch makes."""
-"""Shared memory per span of 128 elements of ``K`` and per 8-token tile of ``x`` (bfloat16)."""
 SLOTS = 4
 """The default ring of ``x``'s spans in shared memory (``slots - 1`` in flight). Two or three were no
 faster with ``Pipeline.SPAN`` (``tools/bench/results/mx4_wgmma_variants_h200.json``): at 64 tokens its
@@ -160,8 +160,7 @@ def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, trace
     macros = {"NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": config.slots, "MINB": config.min_blocks,
               "PAIRS": int(config.pipeline is Pipeline.PAIRS), "HAS_BIAS": bias, "HAS_IDS": int(has_ids),
               "PREFETCH": fp4_decode.PREFETCH_SPANS, "G": config.group, "CLUSTER": int(config.sums is Sums.CLUSTER),
-              "TRACE": int(trace),
-              "KERNEL": name}
+              "TRACE": int(trace), "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
