@@ -14,6 +14,7 @@ from tests.mx._cases import assert_within_bf16_of, mxfp4_extreme_scales
 from tests.mx._reference import dequantize_fp4_reference
 from xlabridge.mx._cuda import _runtime, fp4_decode, fp4_wgmma, x_order
 from xlabridge.mx._cuda.dispatch import kernel_of
+from xlabridge.mx._fp4_packing import Packing, repack
 from xlabridge.mx._triton import fp4_matmul
 
 
@@ -444,3 +445,106 @@ def test_the_launch_attributes_are_laid_out_as_the_driver_reads_them():
     assert ctypes.sizeof(_runtime._LaunchConfig) == 56
     assert (_runtime._LaunchConfig.stream.offset, _runtime._LaunchConfig.attributes.offset,
             _runtime._LaunchConfig.count.offset) == (32, 40, 48)
+
+
+# ---------------------------------------------------------------- a Packing.DECODE weight
+
+PACKED = Packing.DECODE
+
+
+@pytest.mark.parametrize("device", _ON)
+@pytest.mark.parametrize("tokens", [3, 64])
+def test_paired_x_for_a_packed_weight_moves_the_chunks_alone(device, tokens):
+    """``paired_x`` for a ``Packing.DECODE`` weight (whose pairs are ``x``'s own) against its layout
+    worked out element by element: element ``128 s + 32 t + 8 q + e`` lands at ``128 s + 32 q + 8 t + e``."""
+    x = torch.randn(2, tokens, 200).bfloat16()
+    got = fp4_decode.paired_x(x.to(device), PACKED).cpu()
+    expected = torch.zeros(2, tokens, 256, dtype=torch.bfloat16)
+    for k in range(200):
+        s, t, q, e = k // 128, k % 128 // 32, k % 32 // 8, k % 8
+        expected[:, :, 128 * s + 32 * q + 8 * t + e] = x[:, :, k]
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("build", ["decode", "warpgroup"])
+def test_the_packed_decoder_compiles_and_differs_from_the_spec_one(build):
+    """``PACKING=1`` is its own binary (its own name) for both kernels, valid CUDA for Hopper."""
+    _nvrtc_or_skip()
+    if build == "decode":
+        config = fp4_decode.Config(1, 1, 8, 1)
+        binary = fp4_decode.binary(config, 2, 0, False, (9, 0), cached=False, packing=PACKED)
+        name = fp4_decode._name(config, 2, 0, False, PACKED)
+    else:
+        config = fp4_wgmma.Config(1, pipeline=fp4_wgmma.Pipeline.PAIRS, slots=3)
+        binary = fp4_wgmma.binary(config, 4, 0, False, cached=False, packing=PACKED)
+        name = fp4_wgmma._name(config, 4, 0, False, packing=PACKED)
+    assert binary[:4] == b"\x7fELF" and name.encode() in binary and "packed" in name
+
+
+@pytest.mark.parametrize("device", _ON)
+@pytest.mark.parametrize("tokens, nt", [(5, 1), (61, 8)])
+def test_mma_order_x_for_a_packed_weight_puts_x_s_own_pairs_together(device, tokens, nt):
+    """``mma_order_x`` for a ``Packing.DECODE`` weight against its layout worked out element by
+    element: element ``128 s + 32 t + 8 q + 4 h + 2 d + j`` of token ``8 g + r`` lands in span ``s``'s
+    chunk ``2q + h``, core matrix ``d``, token tile ``g``, row ``r``, position ``2t + j``."""
+    x = torch.randn(2, tokens, 200).bfloat16()
+    got = fp4_wgmma.mma_order_x(x.to(device), nt, PACKED).cpu()
+    expected = torch.zeros(2, 2 * nt * 1024, dtype=torch.bfloat16)
+    for k in range(200):
+        s, t, q, h, d, j = k // 128, k % 128 // 32, k % 32 // 8, k % 8 // 4, k % 4 // 2, k % 2
+        for token in range(tokens):
+            g, r = divmod(token, 8)
+            expected[:, nt * 1024 * s + nt * 128 * (2 * q + h) + nt * 64 * d + 64 * g + 8 * r + 2 * t + j] = x[:, token, k]
+    assert torch.equal(got, expected)
+
+
+@requires_hopper
+@pytest.mark.parametrize("key, config", CANDIDATES, ids=[f"{k}-{_name(c, k)}" for k, c in CANDIDATES])
+def test_each_packed_candidate_against_the_spec_with_extreme_scales(key, config):
+    """Every configuration the tuning may choose for a ``Packing.DECODE`` weight, on the spec test's
+    operands repacked: against the float64 product of the spec layout's NumPy dequantization."""
+    rows = 8 * key - 3
+    x, data, scale, ids = _operands(rows, 400 + key)
+    bias = torch.randn(3, 200, generator=torch.Generator().manual_seed(key)).to(torch.bfloat16 if key % 2 else torch.float32)
+    packed = repack(data, PACKED, Packing.SPEC)
+    assert not torch.equal(packed, data)
+    y = torch.empty(2, rows, 200, dtype=torch.bfloat16, device="cuda")
+    kernel_of(config).launch(config, x.cuda(), packed.cuda(), scale.cuda(), ids.cuda(), bias.cuda(), y, PACKED)
+    assert_within_bf16_of(y.cpu(), _exact(x, data, scale, ids, bias))
+
+
+@pytest.mark.skipif(not WARPGROUP,
+                    reason="needs a Hopper GPU (compute capability 9.0: the warpgroup MMA; the device machine)")
+@pytest.mark.parametrize("pipeline", list(fp4_wgmma.Pipeline), ids=[p.value for p in fp4_wgmma.Pipeline])
+@pytest.mark.parametrize("nt, per_sm", [(2, 8), (8, 4), (8, 1)], ids=["n16-split", "n64-split", "n64-one-split"])
+def test_the_warpgroup_kernel_reads_a_packed_weight(pipeline, nt, per_sm):
+    rows = 8 * nt - 3
+    x, data, scale, ids = _operands(rows, 700 + nt)
+    config = fp4_wgmma.Config(1, 4, per_sm, pipeline=pipeline, slots=3 if pipeline is fp4_wgmma.Pipeline.PAIRS else 4)
+    y = torch.empty(2, rows, 200, dtype=torch.bfloat16, device="cuda")
+    fp4_wgmma.launch(config, x.cuda(), repack(data, PACKED, Packing.SPEC).cuda(), scale.cuda(), ids.cuda(), None, y,
+                     PACKED)
+    assert_within_bf16_of(y.cpu(), _exact(x, data, scale, ids, None))
+
+
+@requires_hopper
+@pytest.mark.parametrize("tokens", [3, 16, 40, 100])
+def test_the_product_of_a_packed_weight_tunes_its_own_candidates_and_repacks_past_them(tokens):
+    """``fp4_matmul.matmul`` with a ``Packing.DECODE`` weight: up to 64 tokens the tuning times the
+    packed candidates (and the dequantizing path, which repacks) under a key of its own; past 64 the
+    Triton kernel takes the weight repacked to the spec's layout. Every result within the bound of
+    the float64 product."""
+    g = torch.Generator().manual_seed(tokens)
+    data = torch.randint(0, 256, (1, 320, 512), dtype=torch.uint8, generator=g)
+    scale = torch.randint(118, 128, (1, 320, 32), dtype=torch.uint8, generator=g)
+    x = torch.randn(1, tokens, 1024, generator=g).bfloat16()
+    y = fp4_matmul.matmul(x.cuda(), repack(data, PACKED, Packing.SPEC).cuda(), scale.cuda(), None, None, PACKED)
+    exact = _exact(x, data, scale, torch.tensor([0]), None)
+    tolerance = torch.finfo(torch.bfloat16).eps * exact.abs() + 2**-16 * exact.abs().amax()
+    assert bool(((y.cpu().double() - exact).abs() <= tolerance).all())
+    keys = [k for k in fp4_matmul.TUNING if k[1:3] == (320, 1024) and k[-1] == "decode" and k[0] == fp4_matmul.row_tile(tokens)]
+    if tokens <= fp4_decode.MAX_ROWS:
+        (key,) = [k for k in keys if k[8] == fp4_matmul.decode_tiles(tokens)]
+        modes = [row["mode"] for row in fp4_matmul.TUNING[key]]
+        assert set(modes) == {"cuda", "dequantize"} and modes.count("cuda") == len(
+            fp4_matmul.DECODE[fp4_matmul.decode_tiles(tokens)])

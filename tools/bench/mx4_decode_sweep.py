@@ -9,7 +9,9 @@ The kernels are compiled in parallel first (NVRTC); the driver gives each one's 
 spilled bytes and CTAs an SM holds at once (``resident``: past that many a SM, a grid runs in waves). Times are
 ``mx_cast.gpu_time``'s (CUDA-graph replays over weights rotated past L2), as ``mx4_linear.py``'s.
 Per shape and token count: bf16's time, every configuration's time, registers, spill bytes, residency and
-whether its result is within the error bound, and the fastest within it.
+whether its result is within the error bound, and the fastest within it. ``--packing``: the weight in
+the spec's layout, repacked (``Packing.DECODE``: its own build of each kernel; configurations that
+``x_paired`` moving each span's chunks alone), or both, each configuration's entry saying which.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tools.bench import mx4_linear  # noqa: E402
 from tools.bench.mx_cast import gpu_time  # noqa: E402
 from xlabridge.mx._cuda.dispatch import kernel_of  # noqa: E402
 from xlabridge.mx._cuda import fp4_decode, fp4_wgmma  # noqa: E402
+from xlabridge.mx._fp4_packing import Packing, repack  # noqa: E402
 
 KERNELS = ("decode", "wgmma")
 WARPS = ((1, 4), (1, 8), (1, 16), (2, 4))
@@ -84,7 +87,14 @@ def candidate_configs(nt: int) -> list:
 def _fields(entry: dict) -> list[str]:
     """A result entry's kernel and configuration fields."""
     module = fp4_wgmma if entry["kernel"] == "fp4_wgmma" else fp4_decode
-    return ["kernel", *(f.name for f in dataclasses.fields(module.Config)), "dependent"]
+    return ["kernel", *(f.name for f in dataclasses.fields(module.Config)), "dependent", "packing"]
+
+
+def _job_name(job) -> str:
+    config, nt, bias, ids, packing = job
+    if isinstance(config, fp4_wgmma.Config):
+        return fp4_wgmma._name(config, nt, bias, ids, packing=packing)
+    return fp4_decode._name(config, nt, bias, ids, packing)
 
 
 def _resident(run, config, nt: int) -> int:
@@ -99,20 +109,20 @@ def build(jobs, capability) -> dict:
     only in how launches split ``K``)."""
 
     def one(job):
-        config, nt, bias, ids = job
+        config, nt, bias, ids, packing = job
         try:
             if isinstance(config, fp4_wgmma.Config):
-                return job, fp4_wgmma.binary(config, nt, bias, ids, cached=False), {}
-            return job, fp4_decode.binary(config, nt, bias, ids, capability, cached=False), {}
+                return job, fp4_wgmma.binary(config, nt, bias, ids, cached=False, packing=packing), {}
+            return job, fp4_decode.binary(config, nt, bias, ids, capability, cached=False, packing=packing), {}
         except Exception as error:  # noqa: BLE001 - recorded
             return job, None, {"error": str(error)[-400:]}
 
     names = {}
     for job in jobs:  # one build per distinct kernel
-        names.setdefault(kernel_of(job[0])._name(*job), job)
+        names.setdefault(_job_name(job), job)
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 4) as pool:
-        done = {kernel_of(job[0])._name(*job): (code, info) for job, code, info in pool.map(one, names.values())}
-    return {job: done[kernel_of(job[0])._name(*job)] for job in jobs}
+        done = {_job_name(job): (code, info) for job, code, info in pool.map(one, names.values())}
+    return {job: done[_job_name(job)] for job in jobs}
 
 
 def main() -> None:
@@ -134,6 +144,8 @@ def main() -> None:
     parser.add_argument("--x-early", default="auto", choices=("auto", "late", "both"),
                         help="up to 16 tokens, the register path's x loaded with the weight (auto) or through L1 "
                         "as the arithmetic reaches it (late), or both")
+    parser.add_argument("--packing", default="spec", choices=("spec", "decode", "both"),
+                        help="the weight's layout: the spec's, Packing.DECODE, or each configuration with both")
     parser.add_argument("--every", type=int, default=1, help="time every n-th configuration only (a quick check)")
     parser.add_argument("--seconds", type=float, default=480, help="stop timing new cases after this long")
     args = parser.parse_args()
@@ -148,7 +160,8 @@ def main() -> None:
     nts = sorted({fp4_decode.token_tiles(t) for t in tokens_list})
     # the experts' rows per expert stay within two token tiles at these token counts
     kernels = args.kernels.split(",")
-    jobs = [(c, nt, 0, ids) for nt in nts
+    packings = [Packing.SPEC, Packing.DECODE] if args.packing == "both" else [Packing(args.packing)]
+    jobs = [(c, nt, 0, ids, packing) for nt in nts for packing in packings
             for c in ((decode_configs(nt, {"auto": (None,), "late": (False,), "both": (None, False)}[args.x_early])
                        if "decode" in kernels else [])[::args.every]
                       + (wgmma_configs(nt, tuple(int(g) for g in args.groups.split(",")),
@@ -158,7 +171,7 @@ def main() -> None:
             if not isinstance(c, fp4_wgmma.Config) or fp4_wgmma.available(dev)
             for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]
     built = build(jobs, capability)
-    results = {"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    results = {"commit": os.environ.get("XLABRIDGE_COMMIT"), "command": " ".join(sys.argv), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "compile_seconds": time.time() - started, "kernels": len(built), "rows": []}
     print(f"compiled {len(built)} kernels in {results['compile_seconds']:.0f} s", flush=True)
     loaded = {}
@@ -166,12 +179,16 @@ def main() -> None:
         if code is None:
             continue
         try:
-            run = kernel_of(job[0]).load(code, *job)
+            config, nt, bias, ids, packing = job
+            if isinstance(config, fp4_wgmma.Config):
+                run = fp4_wgmma.load(code, config, nt, bias, ids, packing=packing)
+            else:
+                run = fp4_decode.load(code, config, nt, bias, ids, packing=packing)
             loaded[job] = (run, {**info, "registers": run.registers, "spill_bytes": run.local_bytes,
                                  "resident": _resident(run, *job[:2])})
         except Exception as error:  # noqa: BLE001 - recorded
             info["load_error"] = str(error)[-300:]
-    errors = {kernel_of(job[0])._name(*job): info for job, (code, info) in built.items() if code is None or "load_error" in info}
+    errors = {_job_name(job): info for job, (code, info) in built.items() if code is None or "load_error" in info}
     results["build_errors"] = dict(list(errors.items())[:20])
     print(f"loaded {len(loaded)} in {time.time() - started:.0f} s; {len(errors)} failed", flush=True)
     copy = results["copy_GBps"] = mx4_linear.copy_bandwidth(dev)
@@ -186,15 +203,20 @@ def main() -> None:
         row = {"shape": name, "n": n, "k": k, "tokens": tokens, "bf16_ms": dense, "configs": []}
         if any(isinstance(job[0], fp4_wgmma.Config) and job[1] == nt for job in loaded):
             row["mma_order_x_ms"] = gpu_time(lambda w: fp4_wgmma.mma_order_x(xs, nt), weight_args)
-        for ((config, nt_, bias, ids), (run, info)), dependent in itertools.product(loaded.items(), modes):
+        for ((config, nt_, bias, ids, packing), (run, info)), dependent in itertools.product(loaded.items(), modes):
             if nt_ != nt or ids != (ids_list is not None):
                 continue
             entry = {"kernel": kernel_of(config).__name__.rsplit(".", 1)[-1], **dataclasses.asdict(config), **info,
-                     "dependent": dependent}
+                     "dependent": dependent, "packing": packing.value}
             try:
-                def call(w, config=config, run=run, dependent=dependent):
+                def call(w, config=config, run=run, dependent=dependent, packing=packing):
                     data, scale, ids_ = w
-                    kernel_of(config).launch_loaded(run, config, xs, data, scale, ids_, None, out, dependent)
+                    data = packed_data[data.data_ptr()] if packing is Packing.DECODE else data
+                    if isinstance(config, fp4_wgmma.Config):
+                        fp4_wgmma.launch_loaded(run, config, xs, data, scale, ids_, None, out, dependent, packing=packing)
+                    else:
+                        fp4_decode.launch_loaded(run, config, xs, data, scale, ids_, None, out, dependent,
+                                                 packing=packing)
                 out = torch.empty(xs.shape[0], xs.shape[1], n, dtype=torch.bfloat16, device=dev)
                 call(weight_args[0])
                 torch.cuda.synchronize()
@@ -218,12 +240,20 @@ def main() -> None:
         print(json.dumps({k_: row.get(k_) for k_ in ("shape", "tokens", "bf16_ms", "best_ms", "speedup",
                                                     "weight_read_share", "best", "wrong")}), flush=True)
 
+    packed_data: dict[int, torch.Tensor] = {}  # a weight's data (by address) repacked, for Packing.DECODE jobs
+
+    def packed(data: torch.Tensor) -> torch.Tensor:
+        if Packing.DECODE in packings:
+            packed_data[data.data_ptr()] = repack(data, Packing.DECODE, Packing.SPEC)
+        return data
+
     for name, (n, k) in mx4_linear.LINEARS.items():
         if name not in wanted:
             continue
         copies = max(2, math.ceil(mx4_linear.WORKING_SET / (2 * n * k)))
         weights = mx4_linear._weights(n, k, copies, dev)
-        weight_args = [(w.data[None], w.scale[None], None) for w, _ in weights]
+        packed_data.clear()
+        weight_args = [(packed(w.data[None]), w.scale[None], None) for w, _ in weights]
         for tokens in tokens_list:
             if time.time() - started > args.seconds:
                 results.setdefault("skipped", []).append([name, tokens])
@@ -236,6 +266,8 @@ def main() -> None:
     if "experts" in wanted:
         n, k = 2 * mx4_linear.INTERMEDIATE, mx4_linear.HIDDEN
         weight, weight_bf16 = mx4_linear._weights(n, k, 1, dev, experts=mx4_linear.EXPERTS)[0]
+        packed_data.clear()
+        packed(weight.data)
         for tokens in tokens_list:
             if time.time() - started > args.seconds:
                 results.setdefault("skipped", []).append(["experts", tokens])

@@ -30,6 +30,10 @@ neighbour that float32 sums in another order can reach), and bit for bit against
 ``linear`` (``bits_equal``: the share of outputs with identical bits; cuBLAS sums in its own
 order too).
 
+``--packing`` (default ``decode``): the layout of the MXFP4 weights the fused path reads, repacked
+once from the cast's (``MXFP4Tensor.repack``; the bytes read are the same), as a server packs them
+at load; ``spec`` times the checkpoint layout as it is.
+
 gemlite (``--gemlite``, where it imports: carried as a wheel, not a dependency) is timed the same
 way on the same shapes: its MXFP4 path (``A16W4_MXFP`` on the same packed bytes and scale bytes,
 checked against the same float64 product) and its int4 path with 32-element groups
@@ -71,14 +75,19 @@ LINEARS = {
 EXPERT_SHAPE = "gpt-oss-20b experts gate_up (top-4 routing)"
 
 
-def _weights(n: int, k: int, copies: int, dev, experts: int | None = None):
-    """``copies`` MXFP4 weights of ``[n, k]`` (``[experts, n, k]``) and their bf16 dequantizations."""
+PACKING = "decode"
+"""The fused path's weight layout (``--packing``)."""
+
+
+def _weights(n: int, k: int, copies: int, dev, experts: int | None = None, packing: str = "spec"):
+    """``copies`` MXFP4 weights of ``[n, k]`` (``[experts, n, k]``), laid out as ``packing``, and
+    their bf16 dequantizations."""
     shape = (n, k) if experts is None else (experts, n, k)
     g = torch.Generator(device=dev).manual_seed(n * 31 + k)
     out = []
     for _ in range(copies):
         w = mx.to_mxfp4(torch.randn(shape, device=dev, dtype=torch.bfloat16, generator=g) * 0.02)
-        out.append((w, w.dequantize(torch.bfloat16)))
+        out.append((w.repack(packing), w.dequantize(torch.bfloat16)))
     return out
 
 
@@ -124,7 +133,7 @@ def _chosen(n: int, k: int, groups: int, tokens: int, ids: bool) -> dict | None:
 
 def linear_rows(name: str, n: int, k: int, dev, copy_GBps: float) -> list[dict]:
     copies = max(2, math.ceil(WORKING_SET / (2 * n * k)))
-    weights = _weights(n, k, copies, dev)
+    weights = _weights(n, k, copies, dev, packing=PACKING)
     weight_bytes = n * k // 2 + n * k // 32
     rows = []
     for tokens in TOKENS:
@@ -157,7 +166,7 @@ def expert_rows(dev, copy_GBps: float) -> list[dict]:
     """gpt-oss-20b's gate_up expert matmul at decode: the experts the routing hits, relabelled
     (``+ i * groups``, mod 32) for each rotated call so that consecutive calls read other experts."""
     n, k = 2 * INTERMEDIATE, HIDDEN
-    weights = _weights(n, k, 1, dev, experts=EXPERTS)
+    weights = _weights(n, k, 1, dev, experts=EXPERTS, packing=PACKING)
     weight, weight_bf16 = weights[0]
     rows = []
     for tokens in TOKENS:
@@ -256,19 +265,19 @@ def gemlite_rows(dev, copy_GBps: float, seconds: float) -> dict:
     return out
 
 
-def _warm(tasks) -> None:
+def _warm(tasks, packing: str) -> None:
     """One call of each (shape, tokens) task: compiles what its first-call tuning times."""
     dev = torch.device("cuda")
     for name, tokens in tasks:
         if name == "experts":
             n, k = 2 * INTERMEDIATE, HIDDEN
-            weight, _ = _weights(n, k, 1, dev, experts=EXPERTS)[0]
+            weight, _ = _weights(n, k, 1, dev, experts=EXPERTS, packing=packing)[0]
             hit, per_group = routing(tokens)
             x = torch.randn(len(hit), per_group, k, device=dev, dtype=torch.bfloat16)
             mx.mxfp4_expert_linear(x, weight, torch.tensor(hit, device=dev, dtype=torch.int32))
         else:
             n, k = LINEARS[name]
-            weight, _ = _weights(n, k, 1, dev)[0]
+            weight, _ = _weights(n, k, 1, dev, packing=packing)[0]
             mx.mxfp4_linear(torch.randn(tokens, k, device=dev, dtype=torch.bfloat16), weight)
     torch.cuda.synchronize()
 
@@ -278,7 +287,7 @@ def precompile(names: list[str], workers: int) -> None:
     compiles the candidates into Triton's on-disk cache, in parallel, for this process to load."""
     tasks = [(name, tokens) for name in names for tokens in TOKENS]
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        pool.map(_warm, [tasks[i::workers] for i in range(workers)])
+        pool.starmap(_warm, [(tasks[i::workers], PACKING) for i in range(workers)])
 
 
 def main() -> None:
@@ -289,14 +298,17 @@ def main() -> None:
                         help="compile the candidates in this many processes first (0: compile as the tuning needs them)")
     parser.add_argument("--gemlite", type=float, default=0, metavar="SECONDS",
                         help="time gemlite's 4-bit paths too, for at most this long (0: not)")
+    parser.add_argument("--packing", default="decode", choices=("spec", "decode"),
+                        help="the fused path's weight layout (MXFP4Tensor.repack): decode (default) or spec")
     args = parser.parse_args()
+    globals()["PACKING"] = args.packing
     import triton
 
     dev = torch.device("cuda")
     started = time.time()
     results = {"commit": os.environ.get("XLABRIDGE_COMMIT"), "command": " ".join(sys.argv),
                "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-               "rows": []}
+               "packing": PACKING, "rows": []}
     wanted = args.shapes.split(",")
     if args.precompile:
         precompile(wanted, args.precompile)

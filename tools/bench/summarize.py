@@ -756,6 +756,30 @@ def _mx4_balance(data: dict) -> list[str]:
     ]
 
 
+def _mx4_packing(data: dict) -> list[str]:
+    spec = lambda c: c.get("packing", "spec") == "spec"  # noqa: E731
+    keeps = [spec, lambda c: not spec(c), lambda c: spec(c) and c["kernel"] == "fp4_decode",
+             lambda c: not spec(c) and c["kernel"] == "fp4_decode"]
+    rows = []
+    for r in data["rows"]:
+        cells = [_fastest(r, keep) for keep in keeps]
+        if cells[0] is None:
+            continue
+        ratio = f"{cells[0] / cells[1]:.2f}" if cells[1] is not None else "-"
+        rows.append([_shape_of(r), r.get("token_count", r["tokens"]), _time(r["bf16_ms"])]
+                    + [_time(c) if c is not None else "-" for c in cells] + [ratio])
+    return [
+        f"Ran on an {data['device']}; torch {data['torch']}; {data.get('note') or 'xlabridge at ' + data['commit']}. "
+        "The tuning's candidates on the weight in the spec's layout and repacked (`Packing.DECODE`: eight integer operations a word where "
+        "the spec's layout takes thirteen, and `x` taken as it is, where the spec's pairs need byte permutes or a "
+        "launch that reorders it): the fastest of each within the bound, all candidates and the mma.sync decode "
+        "kernel's alone, and how many times faster the packed weight's fastest is:",
+        "",
+        *_table(["shape", "tokens", "bf16", "spec", "decode", "spec, mma.sync", "decode, mma.sync", "spec / decode"],
+                rows),
+    ]
+
+
 def _mx4_wgmma_cluster(data: dict) -> list[str]:
     rows = _fastest_rows(data, [lambda c, n=n: c["cluster"] == n for n in (1, 2, 4)])
     return [
@@ -993,6 +1017,11 @@ BENCHMARKS = (
               "Row tiles shared out evenly across the SMs: not kept",
               "The decode kernel's candidates with one row tile a CTA and as a balanced grid of CTAs taking several "
               "tiles each.", _mx4_balance),
+    Benchmark("mx4_packing_candidates_h100.json",
+              "tools/bench/mx4_decode_sweep.py --kernels candidates --packing both",
+              "The weight repacked for the decoder (`Packing.DECODE`)",
+              "The tuning's candidates on a spec-layout weight and on its repacked twin, the decoder's integer "
+              "operations and x's permutes the difference.", _mx4_packing),
     Benchmark("mx4_wgmma_cluster_h200.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma --tokens 16,32,64",
               "x shared by a cluster of CTAs: not kept",
               "The warpgroup kernel with x multicast to a thread block cluster of 2 or 4 row tiles, so that each span "

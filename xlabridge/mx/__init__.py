@@ -52,6 +52,12 @@ in bfloat16 and float32, transposed). ``mxfp4_linear``, ``mxfp4_expert_linear`` 
 ``MXFP4Linear`` keep the weight MXFP4 in memory and dequantize it inside the matmul kernel (one
 Triton kernel on CUDA, one Mosaic kernel on TPU). Cast and inverse are one Triton launch on
 CUDA, one Mosaic kernel on TPU, one XLA computation elsewhere on XLA, eager torch otherwise.
+
+``Packing`` names how an ``MXFP4Tensor``'s data bits hold its elements: ``Packing.SPEC``, the
+layout above (checkpoints', ``to_mxfp4``'s), or ``Packing.DECODE``, each 32-bit word's bits
+permuted into the order that the CUDA decode kernels (Hopper and newer, 1 to 64 tokens) read with
+fewer integer operations. ``w.repack("decode")`` and ``MXFP4Linear.repack("decode")`` change it;
+every other path repacks to ``SPEC`` on each call, and ``to_checkpoint`` writes ``SPEC``.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from xlabridge.mx._constants import (
     ROUNDING_MODES,
     Rounding,
 )
+from xlabridge.mx._fp4_packing import Packing
 from xlabridge.mx._linear import MXLinear, mx_linear
 from xlabridge.mx._mxfp4 import MXFP4Tensor, from_mxfp4, to_mxfp4
 from xlabridge.mx._mxfp4_linear import MXFP4Linear, mxfp4_expert_linear, mxfp4_linear
@@ -81,6 +88,7 @@ __all__ = [
     "MXFP4Tensor",
     "MXLinear",
     "MXTensor",
+    "Packing",
     "Rounding",
     "from_mxfp4",
     "from_mxfp8",

@@ -1,7 +1,8 @@
 """The casts and their inverses as torch custom ops, routed by device.
 
 Being ``torch.library`` custom ops (``xlabridge::mxfp8_cast``, ``xlabridge::mxfp8_dequantize``,
-``xlabridge::mxfp4_cast``, ``xlabridge::mxfp4_dequantize``, and the MXFP4 matmul of ``_mxfp4_linear.py``)
+``xlabridge::mxfp4_cast``, ``xlabridge::mxfp4_dequantize``, ``xlabridge::mxfp4_repack``, and the MXFP4
+matmul of ``_mxfp4_linear.py``)
 lets ``torch.compile`` keep them in its graph without a graph break: under
 ``backend="openxla"`` (or ``"xlabridge"``) torch_xla replays the graph on XLA tensors, reaching
 the XLA computation, or on TPU the Mosaic kernel (``_tpu.py``); under inductor on CUDA the op
@@ -14,7 +15,8 @@ from typing import Optional
 
 import torch
 
-from xlabridge.mx import _checks, _eager as _torch_ops
+from xlabridge.mx import _checks, _eager as _torch_ops, _fp4_packing
+from xlabridge.mx._fp4_packing import Packing
 
 
 def _route_cast(x: torch.Tensor, block_size: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,17 +192,33 @@ def _(data: torch.Tensor, scale: torch.Tensor, block_size: int, dtype: torch.dty
     return data.new_empty(data.shape[:-1] + (2 * data.shape[-1],), dtype=dtype)
 
 
-def _route_fp4_matmul(x, data, scale, expert_ids, bias, block_size):
+@torch.library.custom_op("xlabridge::mxfp4_repack", mutates_args=())
+def mxfp4_repack(data: torch.Tensor, to: str, frm: str) -> torch.Tensor:
+    """Packed bytes ``data`` (uint8 ``[..., K/2]``, ``K/2`` a multiple of 4) laid out as ``frm``, in
+    ``to``'s layout (``Packing`` values): a new tensor. An op of its own so that ``torch.compile``
+    keeps it in its graph as it is (tracing the enum that names a layout would break the graph)."""
+    out = _fp4_packing.repack(data, to, frm)
+    return out.clone() if out is data else out  # an op's output may not be its input
+
+
+@mxfp4_repack.register_fake
+def _(data: torch.Tensor, to: str, frm: str) -> torch.Tensor:
+    return data.new_empty(data.shape)
+
+
+def _route_fp4_matmul(x, data, scale, expert_ids, bias, block_size, packing):
+    if x.device.type == "cuda":
+        from xlabridge.mx._triton import fp4_matmul as _triton_fp4_matmul
+
+        if _triton_fp4_matmul.supports(x, block_size):
+            return _triton_fp4_matmul.matmul(x, data, scale, expert_ids, bias, packing=Packing(packing))
+    # every other route reads the spec layout: a DECODE weight costs one more pass here
+    data = _fp4_packing.repack(data, Packing.SPEC, packing)
     if x.device.type == "xla":
         from xlabridge.mx._mosaic import lowering_fp4 as _tpu_fp4
 
         if _tpu_fp4.matmul_takes(x, data, block_size):
             return _tpu_fp4.matmul(x, data, scale, expert_ids, bias, block_size)
-    elif x.device.type == "cuda":
-        from xlabridge.mx._triton import fp4_matmul as _triton_fp4_matmul
-
-        if _triton_fp4_matmul.supports(x, block_size):
-            return _triton_fp4_matmul.matmul(x, data, scale, expert_ids, bias)
     return _dequantized_matmul(x, data, scale, expert_ids, bias, block_size)
 
 
@@ -218,13 +236,14 @@ def _dequantized_matmul(x, data, scale, expert_ids, bias, block_size):
 
 @torch.library.custom_op("xlabridge::mxfp4_matmul", mutates_args=())
 def mxfp4_matmul(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, expert_ids: Optional[torch.Tensor],
-                 bias: Optional[torch.Tensor], block_size: int) -> torch.Tensor:
+                 bias: Optional[torch.Tensor], block_size: int, packing: str = "spec") -> torch.Tensor:
     """``y[a] = x[a] @ W[e].T (+ bias[e])``, ``e = expert_ids[a]`` (or ``a``): ``x`` ``[A, M, K]``, ``W``
-    the MXFP4 tensor (``data`` ``[E, N, K/2]``, ``scale`` ``[E, N, K/block_size]``), ``y`` ``[A, M, N]``
-    in ``x``'s dtype. On CUDA and TPU the weight stays MXFP4 in memory (one kernel)."""
-    return _route_fp4_matmul(x, data, scale, expert_ids, bias, block_size)
+    the MXFP4 tensor (``data`` ``[E, N, K/2]`` laid out as ``packing``, a ``Packing`` value,
+    ``scale`` ``[E, N, K/block_size]``), ``y`` ``[A, M, N]`` in ``x``'s dtype. On CUDA and TPU the
+    weight stays MXFP4 in memory (one kernel; off CUDA a ``"decode"`` weight is repacked first)."""
+    return _route_fp4_matmul(x, data, scale, expert_ids, bias, block_size, packing)
 
 
 @mxfp4_matmul.register_fake
-def _(x, data, scale, expert_ids, bias, block_size):
+def _(x, data, scale, expert_ids, bias, block_size, packing="spec"):
     return x.new_empty((x.shape[0], x.shape[1], data.shape[-2]))

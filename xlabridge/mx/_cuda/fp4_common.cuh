@@ -4,8 +4,9 @@
 // The decoder: thread t of a quad takes the whole MXFP4 block t of every 128 elements of K (a
 // span); within a block, 32-bit word q holds elements 8q .. 8q+7 (element 2i in the low nibble
 // of byte i), and `decode` turns nibble k of both 16-bit halves of a word into one bfloat16 pair
-// P(q, k) = (e[8q+k], e[8q+4+k]). An MMA's K chunk 2q+h (16 elements) takes P(q, 2h) as its A
-// register for k = 2t, 2t+1 and P(q, 2h+1) for k = 2t+8, 2t+9: x must be paired the same way.
+// P(q, k) = (e[8q+k], e[8q+4+k]) (PACKING 1, the weight repacked offline: (e[8q+2k], e[8q+2k+1]),
+// x's own pairs). An MMA's K chunk 2q+h (16 elements) takes P(q, 2h) as its A register for
+// k = 2t, 2t+1 and P(q, 2h+1) for k = 2t+8, 2t+9: x must be paired the same way.
 //
 // Decoding: nibble k of both halves, masked, times 0x1040 (0x104 for odd k) is two shifted copies
 // of it that do not overlap; 0x81C0 keeps the exponent and mantissa bits of one copy and the sign
@@ -60,13 +61,30 @@ __device__ __forceinline__ u32 nibble_pair(u32 w, u32 mask, u32 times) {
     return ((w & mask) * times) & 0x81C081C0u;
 }
 
+// PACKING 1 (``_fp4_packing.Packing.DECODE``): the word's bits were moved offline so that pair k is
+// (e[8q+2k], e[8q+2k+1]), consecutive elements, and each pair comes out of the word in place (pair 0),
+// rotated right by 3 or 6 bits (pairs 1, 2), or as three shifted copies of the bits 0x001B001B that
+// do not overlap (pair 3: one multiplication by 2^3 + 2^8 + 2^14, no carries), masked to 0x81C081C0:
+// eight integer operations a word where the spec's layout takes thirteen; the same bfloat16 values.
+#ifndef PACKING
+#define PACKING 0
+#endif
+#define PAIR_MASK 0x81C081C0u
+
 template <bool TWO>
 __device__ __forceinline__ void decode(u32 w, u32 f1, u32 f2, u32 (&p)[4]) {
+#if PACKING
+    p[0] = bf16x2_mul(w & PAIR_MASK, f1);
+    p[1] = bf16x2_mul(__funnelshift_r(w, w, 3) & PAIR_MASK, f1);
+    p[2] = bf16x2_mul(__funnelshift_r(w, w, 6) & PAIR_MASK, f1);
+    p[3] = bf16x2_mul(((w & 0x001B001Bu) * 0x4108u) & PAIR_MASK, f1);
+#else
     const u32 v = w >> 8;
     p[0] = bf16x2_mul(nibble_pair(w, 0x000F000Fu, 0x1040u), f1);
     p[1] = bf16x2_mul(nibble_pair(w, 0x00F000F0u, 0x104u), f1);
     p[2] = bf16x2_mul(nibble_pair(v, 0x000F000Fu, 0x1040u), f1);
     p[3] = bf16x2_mul(nibble_pair(v, 0x00F000F0u, 0x104u), f1);
+#endif
     if (TWO) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) p[k] = bf16x2_mul(p[k], f2);

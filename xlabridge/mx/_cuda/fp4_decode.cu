@@ -25,11 +25,15 @@
 // threads of a quad then read one 64-byte run of a token's row per load, not four 16-byte pieces
 // 64 bytes apart, half the L1 wavefronts per load.
 //
+// PACKING 1: the weight was repacked offline (fp4_common.cuh) so that the decoder's pairs are
+// consecutive elements, x's own: no byte permutes; X_PAIRED then moves each span's chunks alone
+// (each 8 elements kept in order), for the quads' 64-byte runs.
+//
 // PROBE (benchmarks only, register path): 1 loads without the arithmetic, 2 the arithmetic without
 // the loads; 0 otherwise.
 //
 // Configuration macros (set by the host): NT, RT, WN, WK, U, DB, X_EARLY, ASYNC, S, X_ASYNC,
-// X_PAIRED, PROBE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
+// X_PAIRED, PACKING, PROBE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
 // 2 float32), HAS_IDS, KERNEL.
 
 // Elements between a thread's chunk q and q + 1 of x in a span, and between threads t and t + 1.
@@ -67,8 +71,9 @@ __device__ __forceinline__ void span_math(float (&acc)[RT][NT][4], const u32 (&w
         for (int j = 0; j < NT; ++j) {
             u32 v[4];
             x_words(j, q, v);
-#if X_PAIRED
+#if X_PAIRED || PACKING
             // x's elements come paired as the MMA takes them: (0, 4), (1, 5), (2, 6), (3, 7) of each 8
+            // (X_PAIRED), or the weight's pairs are x's own, (0, 1), (2, 3), (4, 5), (6, 7) (PACKING)
             const u32 b00 = v[0], b01 = v[1], b10 = v[2], b11 = v[3];
 #else
             const u32 b00 = permute(v[0], v[2], 0x5410u), b01 = permute(v[0], v[2], 0x7632u);

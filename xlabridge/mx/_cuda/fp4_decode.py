@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from xlabridge.mx._cuda import COMMON, _runtime, x_order
+from xlabridge.mx._fp4_packing import Packing
 
 SOURCE = Path(__file__).with_name("fp4_decode.cu")
 """What both decode kernels share (loads, the E2M1 decoder), put before each one's source."""
@@ -135,8 +136,9 @@ PREFETCH_SPANS = 2
 ``prefetch_row``): the first loads' latency spent while that kernel finishes."""
 
 
-def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe: int = 0) -> list[str]:
-    macros = {"NT": nt, "RT": config.rt, "WN": config.wn, "WK": config.wk, "U": config.spans,
+def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe: int = 0,
+             packing: Packing = Packing.SPEC) -> list[str]:
+    macros = {"PACKING": int(packing is Packing.DECODE), "NT": nt, "RT": config.rt, "WN": config.wn, "WK": config.wk, "U": config.spans,
               "DB": int(config.double), "ASYNC": int(config.stages > 0), "S": max(config.stages, 2),
               "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired),
               "X_EARLY": int(x_early(config, nt)), "PROBE": probe, "MINB": config.min_blocks,
@@ -149,8 +151,8 @@ def x_early(config: Config, nt: int) -> bool:
     return (not config.stages and nt <= 2) if config.x_early is None else config.x_early
 
 
-def _name(config: Config, nt: int, bias: int, has_ids: bool) -> str:
-    return (f"mxfp4_decode_n{nt}_r{config.rt}_wn{config.wn}_wk{config.wk}_u{config.spans}_d{int(config.double)}"
+def _name(config: Config, nt: int, bias: int, has_ids: bool, packing: Packing = Packing.SPEC) -> str:
+    return (f"mxfp4_decode{'_packed' if packing is Packing.DECODE else ''}_n{nt}_r{config.rt}_wn{config.wn}_wk{config.wk}_u{config.spans}_d{int(config.double)}"
             f"_s{config.stages}_x{int(config.x_async)}{int(config.x_paired)}{int(x_early(config, nt))}"
             f"_b{config.min_blocks}_{bias}{int(has_ids)}")
 
@@ -161,67 +163,78 @@ def source() -> str:
 
 
 def binary(config: Config, nt: int, bias: int, has_ids: bool, capability: tuple[int, int], cached: bool = True,
-            probe: int = 0) -> bytes:
+           probe: int = 0, packing: Packing = Packing.SPEC) -> bytes:
     """The kernel's binary for ``sm_<capability>`` (``nt`` token tiles, ``bias`` kind of
-    ``BIAS_KINDS`` or 0): from ``_runtime``'s disk cache or NVRTC (``cached``), or NVRTC's alone
-    (``probe``: a benchmark's ``PROBE`` build, never cached)."""
-    name = _name(config, nt, bias, has_ids) + (f"_p{probe}" if probe else "")
+    ``BIAS_KINDS`` or 0, the weight laid out as ``packing``): from ``_runtime``'s disk cache or NVRTC
+    (``cached``), or NVRTC's alone (``probe``: a benchmark's ``PROBE`` build, never cached)."""
+    name = _name(config, nt, bias, has_ids, packing) + (f"_p{probe}" if probe else "")
     build = _runtime.cached_cubin if cached and not probe else _runtime.compile_cubin
-    return build(source(), name, f"{capability[0]}{capability[1]}", _options(config, nt, bias, has_ids, name, probe))
+    return build(source(), name, f"{capability[0]}{capability[1]}",
+                 _options(config, nt, bias, has_ids, name, probe, packing))
 
 
-def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, probe: int = 0) -> _runtime.Kernel:
+def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, probe: int = 0,
+         packing: Packing = Packing.SPEC) -> _runtime.Kernel:
     """``binary``'s result loaded into the current context."""
-    return _runtime.Kernel(code, _name(config, nt, bias, has_ids) + (f"_p{probe}" if probe else ""),
+    return _runtime.Kernel(code, _name(config, nt, bias, has_ids, packing) + (f"_p{probe}" if probe else ""),
                            config.ring_bytes(nt))
 
 
 @functools.cache
-def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int) -> _runtime.Kernel:
+def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int,
+           packing: Packing = Packing.SPEC) -> _runtime.Kernel:
     """The kernel loaded on that device (its ``registers`` and ``local_bytes`` are the driver's)."""
-    code = binary(config, nt, bias, has_ids, compute_capability(torch.device("cuda", device_index)))
-    return _runtime.on_device(device_index, lambda: load(code, config, nt, bias, has_ids))
+    code = binary(config, nt, bias, has_ids, compute_capability(torch.device("cuda", device_index)),
+                  packing=packing)
+    return _runtime.on_device(device_index, lambda: load(code, config, nt, bias, has_ids, packing=packing))
+
 
 
 def bias_kind(bias: torch.Tensor | None) -> int:
     return 0 if bias is None else BIAS_KINDS[bias.dtype]
 
 
-def paired_x(x: torch.Tensor) -> torch.Tensor:
+def paired_x(x: torch.Tensor, packing: Packing = Packing.SPEC) -> torch.Tensor:
     """``x`` (``[A, M, K]``) as ``x_paired`` kernels read it: ``K`` padded with zeros to a multiple
     of 128 (a span); in each span, element ``32 t + 8 q + e`` (thread ``t``'s block, its chunk ``q``)
-    moved to ``32 q + 8 t + p``, with ``e`` = 0, 4, 1, 5, 2, 6, 3, 7 for ``p`` = 0 .. 7 (the MMA's pairs).
-    On a GPU, ``x_order``'s one launch (``x`` a kernel's operand)."""
+    moved to ``32 q + 8 t + p``, with ``e`` = 0, 4, 1, 5, 2, 6, 3, 7 for ``p`` = 0 .. 7 (the MMA's pairs
+    for the spec layout; for a ``Packing.DECODE`` weight, whose pairs are ``x``'s own, ``e = p``). On
+    a GPU, ``x_order``'s one launch (``x`` a kernel's operand)."""
+    packed = Packing(packing) is Packing.DECODE
     if x.is_cuda:
-        return x_order.order(x, x_order.Layout.PAIRED)
+        return x_order.order(x, x_order.Layout.PAIRED_PACKED if packed else x_order.Layout.PAIRED)
     A, M, K = x.shape
     padded = -(-K // 128) * 128
     if padded != K:
         x = torch.nn.functional.pad(x, (0, padded - K))
+    if packed:  # [span, t, q, e] -> [span, q, t, e]
+        return x.view(A, M, padded // 128, 4, 4, 8).transpose(3, 4).reshape(A, M, padded)
     # [span, t, q, half, k] -> [span, q, t, k, half]
     return x.view(A, M, padded // 128, 4, 4, 2, 4).permute(0, 1, 2, 4, 3, 6, 5).reshape(A, M, padded)
 
 
 def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.Tensor | None,
-           bias: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+           bias: torch.Tensor | None, y: torch.Tensor, packing: Packing = Packing.SPEC) -> torch.Tensor:
     """``y[a] = x[a] @ dequantize(data[e], scale[e]).T (+ bias[e])``, ``e = ids[a]`` (or ``a``), in
-    one launch (``refusal`` is None for these operands)."""
+    one launch (``refusal`` is None for these operands; ``data`` laid out as ``packing``)."""
     nt = token_tiles(x.shape[1])
     if not config.fits(nt):
         raise ValueError(f"fp4_decode: {config} with {nt} token tiles needs more shared memory than an SM has")
-    run = kernel(config, nt, bias_kind(bias), ids is not None, x.device.index or 0)
-    return launch_loaded(run, config, x, data, scale, ids, bias, y)
+    packing = Packing(packing)
+    run = kernel(config, nt, bias_kind(bias), ids is not None, x.device.index or 0, packing)
+    return launch_loaded(run, config, x, data, scale, ids, bias, y, packing=packing)
 
 
 def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor,
                   ids: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor,
-                  dependent: bool = True) -> torch.Tensor:
-    """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build);
-    ``dependent``: launched to overlap the stream's previous kernel (``_runtime.Kernel``)."""
+                  dependent: bool = True, packing: Packing = Packing.SPEC) -> torch.Tensor:
+    """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build, for
+    the weight's packing); ``dependent``: launched to overlap the stream's previous kernel
+    (``_runtime.Kernel``)."""
     A, M, K = x.shape
     N = data.shape[-2]
-    if config.x_paired:  # each 8 elements as the MMA pairs them, each span's chunks in (q, t) order
-        x = paired_x(x)
+    if config.x_paired:  # each span's chunks in (q, t) order, each 8 elements as the MMA pairs them
+        x = paired_x(x, packing)
     run((-(-N // config.rows), A, 1), (config.threads, 1, 1),
         [x, data, scale, bias, ids, y, M, N, K, x.stride(0), x.stride(1), data.stride(0), data.stride(1),
          scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],

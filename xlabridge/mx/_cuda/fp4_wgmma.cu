@@ -12,7 +12,8 @@
 // zeros, in the layout the MMA's descriptors read without swizzling ("core matrices" of 8 tokens x 8
 // elements, 16 bytes a token), K permuted as the decoder pairs the weight: in a span's chunk
 // c = 2q + h of 16 elements, core matrix d (elements 8d .. 8d+7 of the chunk as the MMA counts them),
-// position 2t + j holds element 32t + 8q + 2h + d + 4j of the span. Core matrices of one chunk: the
+// position 2t + j holds element 32t + 8q + 2h + d + 4j of the span (PACKING 1, the weight's pairs
+// consecutive elements: 32t + 8q + 4h + 2d + j). Core matrices of one chunk: the
 // 8-token groups 128 bytes apart (the stride byte offset), the two halves of K NT x 128 bytes apart
 // (the leading byte offset); chunks one after another. (x put there by the CTA's own threads needs
 // a proxy fence before the MMA reads it, which waits for every load the thread has in flight; the
@@ -34,7 +35,7 @@
 // cluster and add their sums through the cluster's shared memory, in the same order: no float32
 // round trip through L2, no fence and no count, whose latencies each CTA's end waits for.
 //
-// Configuration macros (set by the host): NT, WG, S, SLOTS, MINB, PAIRS, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
+// Configuration macros (set by the host): NT, WG, S, SLOTS, MINB, PAIRS, PACKING, PREFETCH, HAS_BIAS (0 none, 1 bfloat16, 2 float32),
 // HAS_IDS, G (spans a stage of the weight's ring), CLUSTER, TRACE, KERNEL. The host also puts `wgmma_chunk` (one m64n(8 NT)k16 MMA, its accumulator
 // operands spelled out) before this source.
 

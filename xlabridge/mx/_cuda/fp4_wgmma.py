@@ -21,6 +21,7 @@ import torch
 
 from xlabridge.mx._cuda import COMMON, _runtime, fp4_decode, x_order
 from xlabridge.mx._cuda._counts import arrival_counts
+from xlabridge.mx._fp4_packing import Packing
 
 SOURCE = Path(__file__).with_name("fp4_wgmma.cu")
 SHARED_BYTES = 226 * 1024
@@ -156,44 +157,49 @@ def source(nt: int) -> str:
     return COMMON.read_text() + _wgmma_chunk(nt) + "\n" + SOURCE.read_text()
 
 
-def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, trace: bool) -> list[str]:
-    macros = {"NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": config.slots, "MINB": config.min_blocks,
+def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, trace: bool,
+             packing: Packing = Packing.SPEC) -> list[str]:
+    macros = {"PACKING": int(packing is Packing.DECODE), "NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": config.slots, "MINB": config.min_blocks,
               "PAIRS": int(config.pipeline is Pipeline.PAIRS), "HAS_BIAS": bias, "HAS_IDS": int(has_ids),
               "PREFETCH": fp4_decode.PREFETCH_SPANS, "G": config.group, "CLUSTER": int(config.sums is Sums.CLUSTER),
               "TRACE": int(trace), "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
-def _name(config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False) -> str:
+def _name(config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False,
+          packing: Packing = Packing.SPEC) -> str:
     pairs = "_p" if config.pipeline is Pipeline.PAIRS else ""
     slots = (("" if config.slots == SLOTS else f"_x{config.slots}") + ("" if config.group == 1 else f"_r{config.group}")
              + ("_c" if config.sums is Sums.CLUSTER else ""))
-    return (f"mxfp4_wgmma_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}{pairs}{slots}"
+    return (f"mxfp4_wgmma{'_packed' if packing is Packing.DECODE else ''}_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}{pairs}{slots}"
             f"_{bias}{int(has_ids)}{'_t' if trace else ''}")
 
 
-def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True, trace: bool = False) -> bytes:
-    """The kernel's binary for ``sm_90a``: from ``_runtime``'s disk cache or NVRTC (``cached``), or
-    NVRTC's alone; ``trace``: the diagnostic build that records ``TRACE_FIELDS`` per CTA."""
+def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True, trace: bool = False,
+           packing: Packing = Packing.SPEC) -> bytes:
+    """The kernel's binary for ``sm_90a`` (the weight laid out as ``packing``): from ``_runtime``'s
+    disk cache or NVRTC (``cached``), or NVRTC's alone; ``trace``: the diagnostic build that records
+    ``TRACE_FIELDS`` per CTA."""
     build = _runtime.cached_cubin if cached else _runtime.compile_cubin
-    return build(*_compile_args(config, nt, bias, has_ids, trace))
+    return build(*_compile_args(config, nt, bias, has_ids, trace, packing))
 
 
-def report(config: Config, nt: int, bias: int, has_ids: bool) -> _runtime.PtxasReport:
+def report(config: Config, nt: int, bias: int, has_ids: bool, packing: Packing = Packing.SPEC) -> _runtime.PtxasReport:
     """``ptxas``'s registers, spills and warnings for ``binary``'s kernel (a compile of its own)."""
-    return _runtime.ptxas_report(*_compile_args(config, nt, bias, has_ids))
+    return _runtime.ptxas_report(*_compile_args(config, nt, bias, has_ids, packing=packing))
 
 
-def _compile_args(config: Config, nt: int, bias: int, has_ids: bool,
-                  trace: bool = False) -> tuple[str, str, str, list[str]]:
+def _compile_args(config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False,
+                  packing: Packing = Packing.SPEC) -> tuple[str, str, str, list[str]]:
     """``_runtime``'s compile arguments for the kernel: source, name, architecture, options."""
-    name = _name(config, nt, bias, has_ids, trace)
-    return source(nt), name, "90a", _options(config, nt, bias, has_ids, name, trace)
+    name = _name(config, nt, bias, has_ids, trace, packing)
+    return source(nt), name, "90a", _options(config, nt, bias, has_ids, name, trace, packing)
 
 
-def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False) -> _runtime.Kernel:
+def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False,
+         packing: Packing = Packing.SPEC) -> _runtime.Kernel:
     """``binary``'s result loaded into the current context."""
-    return _runtime.Kernel(code, _name(config, nt, bias, has_ids, trace), SHARED_BYTES)
+    return _runtime.Kernel(code, _name(config, nt, bias, has_ids, trace, packing), SHARED_BYTES)
 
 
 TRACE_SLOTS = 16
@@ -214,10 +220,11 @@ def ring_bytes(config: Config) -> int:
 
 
 @functools.cache
-def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int) -> _runtime.Kernel:
+def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int,
+           packing: Packing = Packing.SPEC) -> _runtime.Kernel:
     """The kernel loaded on that device."""
-    code = binary(config, nt, bias, has_ids)
-    return _runtime.on_device(device_index, lambda: load(code, config, nt, bias, has_ids))
+    code = binary(config, nt, bias, has_ids, packing=packing)
+    return _runtime.on_device(device_index, lambda: load(code, config, nt, bias, has_ids, packing=packing))
 
 
 def splits(config: Config, tiles: int, k: int, sms: int) -> tuple[int, int]:
@@ -252,49 +259,58 @@ def partial_floats(config: Config, A: int, tiles: int, split: int, M: int, N: in
     return A * split * M * N
 
 
-def mma_order_x(x: torch.Tensor, nt: int) -> torch.Tensor:
+def mma_order_x(x: torch.Tensor, nt: int, packing: Packing = Packing.SPEC) -> torch.Tensor:
     """``x`` (``[A, M, K]``) as the kernel copies it into shared memory (``[A, spans * nt * 1024]``):
     tokens padded with zeros to ``8 nt``, ``K`` to whole spans of 128; per span, in the order chunk
     ``c = 2q + h``, half ``d``, token tile, token, position ``2t + j``, the span's element
-    ``32t + 8q + 4j + 2h + d``. On a GPU, ``x_order``'s one launch (``x`` a kernel's operand)."""
+    ``32t + 8q + 4j + 2h + d`` (for a ``Packing.DECODE`` weight, whose pairs are consecutive elements,
+    ``32t + 8q + 4h + 2d + j``). On a GPU, ``x_order``'s one launch (``x`` a kernel's operand)."""
+    packed = Packing(packing) is Packing.DECODE
     if x.is_cuda:
-        return x_order.order(x, x_order.Layout.WGMMA, nt)
+        return x_order.order(x, x_order.Layout.WGMMA_PACKED if packed else x_order.Layout.WGMMA, nt)
     A, M, K = x.shape
     spans = -(-K // 128)
     if K % 128:
         x = torch.nn.functional.pad(x, (0, spans * 128 - K))
     if M == 8 * nt:  # one copy
-        # [A, ng, r, span, t, q, j, h, d] -> [A, span, q, h, d, ng, r, t, j]
-        order = x.view(A, nt, 8, spans, 4, 4, 2, 2, 2).permute(0, 3, 5, 7, 8, 1, 2, 4, 6)
+        if packed:  # [A, ng, r, span, t, q, h, d, j] -> [A, span, q, h, d, ng, r, t, j]
+            order = x.view(A, nt, 8, spans, 4, 4, 2, 2, 2).permute(0, 3, 5, 6, 7, 1, 2, 4, 8)
+        else:  # [A, ng, r, span, t, q, j, h, d] -> [A, span, q, h, d, ng, r, t, j]
+            order = x.view(A, nt, 8, spans, 4, 4, 2, 2, 2).permute(0, 3, 5, 7, 8, 1, 2, 4, 6)
         return order.reshape(A, spans * nt * 1024)
     out = x.new_zeros(A, spans * nt * 1024)  # the padding tokens' zeros, then one copy into the rest
-    tokens = out.view(A, spans, 4, 2, 2, 8 * nt, 4, 2).permute(0, 5, 1, 6, 2, 7, 3, 4)[:, :M]
-    tokens.copy_(x.view(A, M, spans, 4, 4, 2, 2, 2))
+    # [A, span, q, h, d, token, t, j] viewed as x's order: [A, token, span, t, q, (h, d, j) or (j, h, d)]
+    tokens = out.view(A, spans, 4, 2, 2, 8 * nt, 4, 2)
+    tokens = tokens.permute(0, 5, 1, 6, 2, 3, 4, 7) if packed else tokens.permute(0, 5, 1, 6, 2, 7, 3, 4)
+    tokens[:, :M].copy_(x.view(A, M, spans, 4, 4, 2, 2, 2))
     return out
 
 
 def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.Tensor | None,
-           bias: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+           bias: torch.Tensor | None, y: torch.Tensor, packing: Packing = Packing.SPEC) -> torch.Tensor:
     """``y[a] = x[a] @ dequantize(data[e], scale[e]).T (+ bias[e])``, ``e = ids[a]`` (or ``a``), in
-    one launch (``refusal`` is None for these operands)."""
+    one launch (``refusal`` is None for these operands; ``data`` laid out as ``packing``)."""
     nt = fp4_decode.token_tiles(x.shape[1])
-    run = kernel(config, nt, fp4_decode.bias_kind(bias), ids is not None, x.device.index or 0)
-    return launch_loaded(run, config, x, data, scale, ids, bias, y)
+    packing = Packing(packing)
+    run = kernel(config, nt, fp4_decode.bias_kind(bias), ids is not None, x.device.index or 0, packing)
+    return launch_loaded(run, config, x, data, scale, ids, bias, y, packing=packing)
 
 
 def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor,
                   ids: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor,
-                  dependent: bool = True, trace: torch.Tensor | None = None) -> torch.Tensor:
+                  dependent: bool = True, trace: torch.Tensor | None = None,
+                  packing: Packing = Packing.SPEC) -> torch.Tensor:
     """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build);
     ``dependent``: launched to overlap the stream's previous kernel (``_runtime.Kernel``); ``trace``:
-    for a ``trace`` build, int64 ``[CTAs, TRACE_SLOTS]`` it fills (``TRACE_FIELDS``)."""
+    for a ``trace`` build, int64 ``[CTAs, TRACE_SLOTS]`` it fills (``TRACE_FIELDS``); ``packing``: the
+    weight's, which ``run`` was built for (``x`` is ordered for its pairs)."""
     A, M, K = x.shape
     N = y.shape[-1]
     nt = fp4_decode.token_tiles(M)
     tiles = -(-N // config.rows)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     split, per = splits(config, tiles * A, K, sms)
-    x = mma_order_x(x, nt)
+    x = mma_order_x(x, nt, packing)
     partial = torch.empty(partial_floats(config, A, tiles, split, M, N, nt), dtype=torch.float32, device=x.device)
     counts = arrival_counts(x.device, A * tiles)
     run((tiles, A, split), (config.threads, 1, 1),

@@ -24,6 +24,10 @@ class Layout(enum.IntEnum):
     """``fp4_wgmma.mma_order_x``'s: ``[A, spans * nt * 1024]``, tokens padded to ``8 nt``."""
     PAIRED = 1
     """``fp4_decode.paired_x``'s: ``[A, M, spans * 128]``."""
+    WGMMA_PACKED = 2
+    """``fp4_wgmma.mma_order_x``'s for a ``Packing.DECODE`` weight (pairs of consecutive elements)."""
+    PAIRED_PACKED = 3
+    """``fp4_decode.paired_x``'s for a ``Packing.DECODE`` weight: the chunks moved, each in order."""
 
 
 def _name(layout: Layout) -> str:
@@ -51,7 +55,7 @@ def order(x: torch.Tensor, layout: Layout, nt: int = 8) -> torch.Tensor:
     (``nt``: the tiles of 8 tokens ``Layout.WGMMA`` pads ``M`` to)."""
     A, M, K = x.shape
     spans = -(-K // 128)
-    if layout is Layout.WGMMA:
+    if layout in (Layout.WGMMA, Layout.WGMMA_PACKED):
         if M > 8 * nt:
             raise ValueError(f"x_order.order: x has {M} rows, more than nt={nt} tiles of 8")
         out, tiles = torch.empty(A, spans * nt * 1024, dtype=x.dtype, device=x.device), nt

@@ -30,6 +30,7 @@ import logging
 import torch
 
 from xlabridge import _optional
+from xlabridge.mx._fp4_packing import Packing, repack
 from xlabridge.mx._cuda import fp4_decode, fp4_wgmma
 from xlabridge.mx._cuda._counts import arrival_counts
 from xlabridge.mx._cuda.dispatch import kernel_of
@@ -106,7 +107,8 @@ DECODE: dict[int, tuple[Config, ...]] = {
 """The CUDA decode kernels' candidates per number of 8-row token tiles, rounded up to a key here
 (3 takes 4's, 5 to 7 take 8's): the fewest configurations that come near the fastest on every shape
 of ``tools/bench/mx4_decode_sweep.py``'s sweeps (``fp4_decode``'s; from 17 tokens ``fp4_wgmma``'s
-too, on Hopper alone)."""
+too, on Hopper alone), for a weight in either packing."""
+
 DEFAULT = Config("triton", 64, 256, 4, 2, 2)
 INTERPRET = Config("triton", 16, 128, 4, 1, 1, 0)
 X_ORDER_BLOCK = 1024
@@ -185,15 +187,17 @@ def _x_in_order(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _launch(config: Config, x, data, scale, ids, bias, y):
-    if config.mode == "dequantize":
-        return _dequantized(config, x, data, scale, ids, bias, y)
+def _launch(config: Config, x, data, scale, ids, bias, y, packing: Packing = Packing.SPEC):
     if config.mode == "cuda":
         kernel = kernel_of(config.decode)
         refusal = kernel.refusal(x, data, scale, ids, bias)
         if refusal is not None:
             raise ValueError(f"the CUDA decode kernel does not take these operands: {refusal}")
-        return kernel.launch(config.decode, x, data, scale, ids, bias, y)
+        return kernel.launch(config.decode, x, data, scale, ids, bias, y, packing)
+    # the other paths read the spec's layout: a Packing.DECODE weight is repacked (one pass over it)
+    data = repack(data, Packing.SPEC, packing)
+    if config.mode == "dequantize":
+        return _dequantized(config, x, data, scale, ids, bias, y)
     A, M, K = x.shape
     N = data.shape[-2]
     words = data.view(torch.int16)  # the kernel reads the weight as 16-bit words of four elements
@@ -222,14 +226,18 @@ def _launch(config: Config, x, data, scale, ids, bias, y):
     return y
 
 
-def _candidates(x: torch.Tensor) -> list[Config]:
+def _candidates(x: torch.Tensor, packing: Packing = Packing.SPEC) -> list[Config]:
     """What the tuning times for ``x`` (``[..., M, K]``): its row tile's configs for its dtype, and
-    the CUDA decode kernel's for its token tiles where it runs (bfloat16, up to 64 rows, Hopper)."""
+    the CUDA decode kernel's for its token tiles where it runs (bfloat16, up to 64 rows, Hopper); for
+    a ``Packing.DECODE`` weight there, the decode kernels' alone and the dequantizing path, as the
+    others would repack the weight at each call."""
     kernel_mode = "asm" if x.dtype == torch.bfloat16 else "triton"
     out = [c for c in CONFIGS[row_tile(x.shape[-2])] if c.mode in (kernel_mode, "dequantize")]
     m = x.shape[-2]
     if x.dtype == torch.bfloat16 and m <= fp4_decode.MAX_ROWS and fp4_decode.available(x.device):
-        out += [c for c in DECODE[decode_tiles(m)] if kernel_of(c.decode).available(x.device)]
+        packed = packing is Packing.DECODE
+        decode = [c for c in DECODE[decode_tiles(m)] if kernel_of(c.decode).available(x.device)]
+        out = ([DEQUANTIZE] if packed else out) + decode
     return out
 
 
@@ -263,19 +271,19 @@ def _gpu_time(fn, reps: int = 8, rounds: int = 5) -> float:
     return times[len(times) // 2]
 
 
-def _tune(key, x, data, scale, ids, bias, y) -> Config:
+def _tune(key, x, data, scale, ids, bias, y, packing: Packing = Packing.SPEC) -> Config:
     """Time every candidate on this call's tensors; keep the fastest that agrees with the exact mode."""
-    reference = _launch(DEFAULT, x, data, scale, ids, bias, torch.empty_like(y)).float()
+    reference = _launch(DEFAULT, x, data, scale, ids, bias, torch.empty_like(y), packing).float()
     tolerance = 2.0**-6 * reference.abs() + 2.0**-10 * reference.abs().amax().clamp_min(1e-30)
     table, best = [], None
-    for config in _candidates(x):
+    for config in _candidates(x, packing):
         entry = dataclasses.asdict(config)
         try:
-            out = _launch(config, x, data, scale, ids, bias, torch.empty_like(y))
+            out = _launch(config, x, data, scale, ids, bias, torch.empty_like(y), packing)
             if not bool(((out.float() - reference).abs() <= tolerance).all()):
                 entry["left_out"] = "results differ from the exact mode's"
             else:
-                entry["ms"] = _gpu_time(lambda: _launch(config, x, data, scale, ids, bias, y))
+                entry["ms"] = _gpu_time(lambda: _launch(config, x, data, scale, ids, bias, y, packing))
                 if best is None or entry["ms"] < best[0]:
                     best = (entry["ms"], config)
         except Exception as error:  # noqa: BLE001 - a candidate that does not build is left out, with why
@@ -288,9 +296,11 @@ def _tune(key, x, data, scale, ids, bias, y) -> Config:
 
 
 def matmul(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.Tensor | None,
-           bias: torch.Tensor | None) -> torch.Tensor:
+           bias: torch.Tensor | None, packing: Packing = Packing.SPEC) -> torch.Tensor:
     """``y[a] = x[a] @ dequantize(data[e], scale[e]).T (+ bias[e])`` with ``e = ids[a]`` (or ``a``):
-    ``x`` ``[A, M, K]``, ``data`` ``[E, N, K/2]``, ``scale`` ``[E, N, K/32]``, ``y`` ``[A, M, N]`` in ``x``'s dtype."""
+    ``x`` ``[A, M, K]``, ``data`` ``[E, N, K/2]`` laid out as ``packing``, ``scale`` ``[E, N, K/32]``,
+    ``y`` ``[A, M, N]`` in ``x``'s dtype."""
+    packing = Packing(packing)
     x = x if x.stride(-1) == 1 else x.contiguous()
     data, scale = data.contiguous(), scale.contiguous()
     if data.data_ptr() % 2:  # an odd view: the kernel reads 16-bit words
@@ -300,16 +310,16 @@ def matmul(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, ids: torch.
     if y.numel() == 0:
         return y
     if x.device.type != "cuda":
-        return _launch(INTERPRET, x, data, scale, ids, bias, y)
+        return _launch(INTERPRET, x, data, scale, ids, bias, y, packing)
     key = (row_tile(M), data.shape[-2], K, A, bias is not None, ids is not None, x.dtype, x.device,
-           decode_tiles(M) if M <= fp4_decode.MAX_ROWS else None)
+           decode_tiles(M) if M <= fp4_decode.MAX_ROWS else None) + ((packing.value,) if packing is Packing.DECODE else ())
     config = _CHOSEN.get(key)
     if config is None:
         if torch.cuda.is_current_stream_capturing():
             config = DEFAULT
         else:
-            config = _CHOSEN[key] = _tune(key, x, data, scale, ids, bias, y)
+            config = _CHOSEN[key] = _tune(key, x, data, scale, ids, bias, y, packing)
     if config.mode == "cuda" and kernel_of(config.decode).refusal(x, data, scale, ids, bias) is not None:
         config = DEFAULT  # operands the tuning's did not have (a view off 16-byte alignment, a bias dtype)
-    return _launch(config, x, data, scale, ids, bias, y)
+    return _launch(config, x, data, scale, ids, bias, y, packing)
 
