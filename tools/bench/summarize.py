@@ -503,6 +503,13 @@ def _mx4_cast(data: dict) -> list[str]:
     ]
 
 
+def _packing_said(data: dict) -> str:
+    """What the run's MXFP4 weights were laid out as (runs before ``--packing`` read the spec's)."""
+    if data.get("packing") == "decode":
+        return "The MXFP4 weights repacked once for the decoder (`Packing.DECODE`), as a server packs them at load. "
+    return "The MXFP4 weights in the spec's (checkpoint) layout. "
+
+
 def _mx4_linear(data: dict) -> list[str]:
     copy = data.get("copy_GBps")
     gemlite: dict[tuple, dict] = {}
@@ -526,6 +533,7 @@ def _mx4_linear(data: dict) -> list[str]:
     skipped = (data.get("gemlite") or {}).get("error")
     return [
         f"Ran on an {data['device']}; torch {data['torch']}, Triton {data['triton']}; xlabridge at {data['commit']}. "
+        + _packing_said(data) +
         "The MXFP4 linear (the weight read as MXFP4 bytes, 0.53 bytes per parameter, by whichever the first call's "
         "timing found fastest for the shape: the CUDA decode kernel (\"CUDA\"), the Triton kernel (\"Triton\"), "
         "or the weight dequantized and multiplied) against `torch.nn.functional.linear` "
@@ -1088,7 +1096,8 @@ def _mx4_linear_grid(data: dict) -> list[str]:
         grid.setdefault(r["shape"], {})[r["tokens"]] = f"{r['speedup']:.2f} ({r['weight_read_share']:.2f}){mark}"
     return [
         f"{data['device']}, torch {data['torch']}, Triton {data['triton']}; a 1 GiB device copy ran at "
-        f"{data['copy_GBps']:.0f} GB/s in the same run. Speed-up over bf16, and in brackets the MXFP4 weight's bytes "
+        f"{data['copy_GBps']:.0f} GB/s in the same run. " + _packing_said(data) + "Speed-up over bf16, and in "
+        "brackets the MXFP4 weight's bytes "
         "over the time as a share of the copy's rate; T: the first call's timing chose the Triton kernel, D: "
         "dequantize then `linear`, W: the CUDA warpgroup kernel, unmarked: the CUDA decode kernel.",
         "",
