@@ -964,6 +964,10 @@ BENCHMARKS = (
     Benchmark("mx4_linear.json", "tools/bench/mx4_linear.py", "The fused MXFP4 linear on CUDA",
               "The MXFP4 linear (weight kept MXFP4 in HBM, dequantized in the kernel) against bf16 `linear` at decode "
               "shapes, 1 to 64 tokens.", _mx4_linear),
+    Benchmark("mx4_linear_spec_h100.json", "tools/bench/mx4_linear.py", "The same benchmark on checkpoint-layout weights",
+              "The benchmark one build before `Packing.DECODE`, on the weights as cast (the spec's layout), the "
+              "decoder's thirteen integer operations a word and x's byte permutes or reordering launch included.",
+              _mx4_linear),
     Benchmark("mx4_linear_h200.json", "tools/bench/mx4_linear.py", "The fused MXFP4 linear on an H200",
               "The same benchmark on the H200 the device machine lent: both CUDA kernels launched to overlap the "
               "kernel before them, x ordered by a launch of its own, the candidates from the H200 sweeps.", _mx4_linear),
