@@ -468,17 +468,21 @@ def test_paired_x_for_a_packed_weight_moves_the_chunks_alone(device, tokens):
 
 @pytest.mark.parametrize("build", ["decode", "warpgroup"])
 def test_the_packed_decoder_compiles_and_differs_from_the_spec_one(build):
-    """``PACKING=1`` is its own binary (its own name) for both kernels, valid CUDA for Hopper."""
+    """``PACKING=1`` is its own binary (its own name, other code than the spec layout's) for both
+    kernels, valid CUDA for Hopper."""
     _nvrtc_or_skip()
     if build == "decode":
         config = fp4_decode.Config(1, 1, 8, 1)
         binary = fp4_decode.binary(config, 2, 0, False, (9, 0), cached=False, packing=PACKED)
+        spec = fp4_decode.binary(config, 2, 0, False, (9, 0), cached=False)
         name = fp4_decode._name(config, 2, 0, False, PACKED)
     else:
         config = fp4_wgmma.Config(1, pipeline=fp4_wgmma.Pipeline.PAIRS, slots=3)
         binary = fp4_wgmma.binary(config, 4, 0, False, cached=False, packing=PACKED)
+        spec = fp4_wgmma.binary(config, 4, 0, False, cached=False)
         name = fp4_wgmma._name(config, 4, 0, False, packing=PACKED)
     assert binary[:4] == b"\x7fELF" and name.encode() in binary and "packed" in name
+    assert name.encode() not in spec and len(binary) != len(spec)
 
 
 @pytest.mark.parametrize("device", _ON)
@@ -518,6 +522,9 @@ def test_each_packed_candidate_against_the_spec_with_extreme_scales(key, config)
 @pytest.mark.parametrize("pipeline", list(fp4_wgmma.Pipeline), ids=[p.value for p in fp4_wgmma.Pipeline])
 @pytest.mark.parametrize("nt, per_sm", [(2, 8), (8, 4), (8, 1)], ids=["n16-split", "n64-split", "n64-one-split"])
 def test_the_warpgroup_kernel_reads_a_packed_weight(pipeline, nt, per_sm):
+    """The warpgroup kernel on a ``Packing.DECODE`` weight, ``x`` in that layout's MMA order, both
+    pipelines, split across CTAs and not, against the float64 product of the spec layout's NumPy
+    dequantization."""
     rows = 8 * nt - 3
     x, data, scale, ids = _operands(rows, 700 + nt)
     config = fp4_wgmma.Config(1, 4, per_sm, pipeline=pipeline, slots=3 if pipeline is fp4_wgmma.Pipeline.PAIRS else 4)
