@@ -125,19 +125,29 @@ _ON = [pytest.param("cpu", id="torch"),
                                                                   "compute capability 9.0 or newer (the device machine)"))]
 
 
+def _k_parts(k: int, packing: Packing) -> tuple[int, ...]:
+    """``(s, t, q, h, d, j)`` of element ``k``: ``128 s + 32 t + 8 q + 4 j + 2 h + d`` for the spec
+    layout's pairs, ``128 s + 32 t + 8 q + 4 h + 2 d + j`` for a ``Packing.DECODE`` weight's."""
+    s, t, q = k // 128, k % 128 // 32, k % 32 // 8
+    if packing is Packing.DECODE:
+        return s, t, q, k % 8 // 4, k % 4 // 2, k % 2
+    return s, t, q, k % 4 // 2, k % 2, k % 8 // 4
+
+
 @pytest.mark.parametrize("device", _ON)
 @pytest.mark.parametrize("tokens, nt", [(5, 1), (61, 8)])
-def test_mma_order_x_puts_each_element_where_the_kernel_s_descriptors_read_it(device, tokens, nt):
+@pytest.mark.parametrize("packing", list(Packing), ids=[p.value for p in Packing])
+def test_mma_order_x_puts_each_element_where_the_kernel_s_descriptors_read_it(device, tokens, nt, packing):
     """``mma_order_x`` (PyTorch's off a GPU, ``x_order.cu`` on one) against the layout worked out
-    element by element: tokens padded to ``8 nt``, K = 200 to two spans, with zeros; element
-    ``128 s + 32 t + 8 q + 4 j + 2 h + d`` of token ``8 g + r`` lands in span ``s``'s chunk ``2q + h``,
-    core matrix ``d``, token tile ``g``, row ``r``, position ``2t + j``."""
+    element by element: tokens padded to ``8 nt``, K = 200 to two spans, with zeros; element ``k`` of
+    token ``8 g + r`` (``_k_parts``: the spec's pairs, or a packed weight's, which are ``x``'s own)
+    lands in span ``s``'s chunk ``2q + h``, core matrix ``d``, token tile ``g``, row ``r``, position ``2t + j``."""
     x = torch.randn(2, tokens, 200).bfloat16()
-    got = fp4_wgmma.mma_order_x(x.to(device), nt).cpu()
+    got = fp4_wgmma.mma_order_x(x.to(device), nt, packing).cpu()
     assert got.shape == (2, 2 * nt * 1024)
     expected = torch.zeros(2, 2 * nt * 1024, dtype=torch.bfloat16)
     for k in range(200):
-        s, t, q, j, h, d = k // 128, k % 128 // 32, k % 32 // 8, k % 8 // 4, k % 4 // 2, k % 2
+        s, t, q, h, d, j = _k_parts(k, packing)
         for token in range(tokens):
             g, r = divmod(token, 8)
             expected[:, nt * 1024 * s + nt * 128 * (2 * q + h) + nt * 64 * d + 64 * g + 8 * r + 2 * t + j] = x[:, token, k]
@@ -483,23 +493,6 @@ def test_the_packed_decoder_compiles_and_differs_from_the_spec_one(build):
         name = fp4_wgmma._name(config, 4, 0, False, packing=PACKED)
     assert binary[:4] == b"\x7fELF" and name.encode() in binary and "packed" in name
     assert name.encode() not in spec and len(binary) != len(spec)
-
-
-@pytest.mark.parametrize("device", _ON)
-@pytest.mark.parametrize("tokens, nt", [(5, 1), (61, 8)])
-def test_mma_order_x_for_a_packed_weight_puts_x_s_own_pairs_together(device, tokens, nt):
-    """``mma_order_x`` for a ``Packing.DECODE`` weight against its layout worked out element by
-    element: element ``128 s + 32 t + 8 q + 4 h + 2 d + j`` of token ``8 g + r`` lands in span ``s``'s
-    chunk ``2q + h``, core matrix ``d``, token tile ``g``, row ``r``, position ``2t + j``."""
-    x = torch.randn(2, tokens, 200).bfloat16()
-    got = fp4_wgmma.mma_order_x(x.to(device), nt, PACKED).cpu()
-    expected = torch.zeros(2, 2 * nt * 1024, dtype=torch.bfloat16)
-    for k in range(200):
-        s, t, q, h, d, j = k // 128, k % 128 // 32, k % 32 // 8, k % 8 // 4, k % 4 // 2, k % 2
-        for token in range(tokens):
-            g, r = divmod(token, 8)
-            expected[:, nt * 1024 * s + nt * 128 * (2 * q + h) + nt * 64 * d + 64 * g + 8 * r + 2 * t + j] = x[:, token, k]
-    assert torch.equal(got, expected)
 
 
 @requires_hopper

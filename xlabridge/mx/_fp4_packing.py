@@ -7,14 +7,14 @@ bits ``4j .. 4j+3`` (bit ``4j+3`` the sign, then two exponent bits, then the man
 
 ``Packing.DECODE`` keeps every element in the same 32-bit word (the same bytes of the row: four
 bytes, eight elements) and moves its four bits to where the CUDA decode kernels
-(``_cuda/fp4_common.cuh``'s ``decode_packed``) turn the word into four bfloat16 pairs of
-consecutive elements, ``(e[8q+2k], e[8q+2k+1])`` for ``k = 0 .. 3``, in eight integer operations: the
-pair ``k`` register is ``EXTRACT[k]`` applied to the word, each value times ``2**-126`` with its sign
+(``_cuda/fp4_common.cuh``'s ``decode`` built with ``PACKING=1``) turn the word into four bfloat16
+pairs of consecutive elements, ``(e[8q+2k], e[8q+2k+1])`` for ``k = 0 .. 3``, in eight integer
+operations: pair ``k`` is ``extract(word)[k]``, each value times ``2**-126`` with its sign
 at bit 15 (31) and its exponent and mantissa bits at bits 6 .. 8 (22 .. 24), as the spec layout's
 decoder makes them in thirteen operations and pairs ``(e[j], e[j+4])``. Consecutive pairs are also
 ``x``'s own bfloat16 pairs, so the MMA takes ``x`` as it is in memory, with no byte permutes.
 
-The permutation is defined by ``EXTRACT`` alone (``decode_map`` derives which stored bit lands
+The permutation is defined by ``extract``'s constants alone (``decode_map`` derives which stored bit lands
 where); the kernels spell the same operations out.
 """
 

@@ -138,7 +138,8 @@ PREFETCH_SPANS = 2
 
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe: int = 0,
              packing: Packing = Packing.SPEC) -> list[str]:
-    macros = {"PACKING": int(packing is Packing.DECODE), "NT": nt, "RT": config.rt, "WN": config.wn, "WK": config.wk, "U": config.spans,
+    macros = {"PACKING": int(packing is Packing.DECODE), "NT": nt, "RT": config.rt, "WN": config.wn,
+              "WK": config.wk, "U": config.spans,
               "DB": int(config.double), "ASYNC": int(config.stages > 0), "S": max(config.stages, 2),
               "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired),
               "X_EARLY": int(x_early(config, nt)), "PROBE": probe, "MINB": config.min_blocks,
@@ -152,7 +153,8 @@ def x_early(config: Config, nt: int) -> bool:
 
 
 def _name(config: Config, nt: int, bias: int, has_ids: bool, packing: Packing = Packing.SPEC) -> str:
-    return (f"mxfp4_decode{'_packed' if packing is Packing.DECODE else ''}_n{nt}_r{config.rt}_wn{config.wn}_wk{config.wk}_u{config.spans}_d{int(config.double)}"
+    return (f"mxfp4_decode{'_packed' if packing is Packing.DECODE else ''}_n{nt}_r{config.rt}_wn{config.wn}"
+            f"_wk{config.wk}_u{config.spans}_d{int(config.double)}"
             f"_s{config.stages}_x{int(config.x_async)}{int(config.x_paired)}{int(x_early(config, nt))}"
             f"_b{config.min_blocks}_{bias}{int(has_ids)}")
 
@@ -187,7 +189,6 @@ def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int,
     code = binary(config, nt, bias, has_ids, compute_capability(torch.device("cuda", device_index)),
                   packing=packing)
     return _runtime.on_device(device_index, lambda: load(code, config, nt, bias, has_ids, packing=packing))
-
 
 
 def bias_kind(bias: torch.Tensor | None) -> int:
