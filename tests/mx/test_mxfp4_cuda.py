@@ -125,11 +125,15 @@ _ON = [pytest.param("cpu", id="torch"),
                                                                   "compute capability 9.0 or newer (the device machine)"))]
 
 
-def _k_parts(k: int, packing: Packing) -> tuple[int, ...]:
-    """``(s, t, q, h, d, j)`` of element ``k``: ``128 s + 32 t + 8 q + 4 j + 2 h + d`` for the spec
-    layout's pairs, ``128 s + 32 t + 8 q + 4 h + 2 d + j`` for a ``Packing.DECODE`` weight's."""
+def _k_parts(k: int, packing: Packing, K: int) -> tuple[int, ...]:
+    """``(s, t, q, h, d, j)`` of element ``k`` of ``K``: ``128 s + 32 t + 8 q + 4 j + 2 h + d`` for
+    the spec layout's pairs; for a ``Packing.DECODE`` weight's (consecutive elements),
+    ``128 s + 32 q + 8 t + 4 h + 2 d + j`` in a whole span (thread ``t``'s word ``q``) and
+    ``128 s + 32 t + 8 q + 4 h + 2 d + j`` in the span ``K`` ends inside."""
     s, t, q = k // 128, k % 128 // 32, k % 32 // 8
     if packing is Packing.DECODE:
+        if 128 * (s + 1) <= K:
+            t, q = q, t
         return s, t, q, k % 8 // 4, k % 4 // 2, k % 2
     return s, t, q, k % 4 // 2, k % 2, k % 8 // 4
 
@@ -139,15 +143,16 @@ def _k_parts(k: int, packing: Packing) -> tuple[int, ...]:
 @pytest.mark.parametrize("packing", list(Packing), ids=[p.value for p in Packing])
 def test_mma_order_x_puts_each_element_where_the_kernel_s_descriptors_read_it(device, tokens, nt, packing):
     """``mma_order_x`` (PyTorch's off a GPU, ``x_order.cu`` on one) against the layout worked out
-    element by element: tokens padded to ``8 nt``, K = 200 to two spans, with zeros; element ``k`` of
-    token ``8 g + r`` (``_k_parts``: the spec's pairs, or a packed weight's, which are ``x``'s own)
-    lands in span ``s``'s chunk ``2q + h``, core matrix ``d``, token tile ``g``, row ``r``, position ``2t + j``."""
-    x = torch.randn(2, tokens, 200).bfloat16()
+    element by element: tokens padded to ``8 nt``, K = 224 to two spans, with zeros; element ``k`` of
+    token ``8 g + r`` (``_k_parts``: the spec's pairs, or a packed weight's, which are ``x``'s own,
+    each whole span's words transposed) lands in span ``s``'s chunk ``2q + h``, core matrix ``d``,
+    token tile ``g``, row ``r``, position ``2t + j``."""
+    x = torch.randn(2, tokens, 224).bfloat16()
     got = fp4_wgmma.mma_order_x(x.to(device), nt, packing).cpu()
     assert got.shape == (2, 2 * nt * 1024)
     expected = torch.zeros(2, 2 * nt * 1024, dtype=torch.bfloat16)
-    for k in range(200):
-        s, t, q, h, d, j = _k_parts(k, packing)
+    for k in range(224):
+        s, t, q, h, d, j = _k_parts(k, packing, 224)
         for token in range(tokens):
             g, r = divmod(token, 8)
             expected[:, nt * 1024 * s + nt * 128 * (2 * q + h) + nt * 64 * d + 64 * g + 8 * r + 2 * t + j] = x[:, token, k]
@@ -462,18 +467,28 @@ def test_the_launch_attributes_are_laid_out_as_the_driver_reads_them():
 PACKED = Packing.DECODE
 
 
-@pytest.mark.parametrize("device", _ON)
-@pytest.mark.parametrize("tokens", [3, 64])
-def test_paired_x_for_a_packed_weight_moves_the_chunks_alone(device, tokens):
-    """``paired_x`` for a ``Packing.DECODE`` weight (whose pairs are ``x``'s own) against its layout
-    worked out element by element: element ``128 s + 32 t + 8 q + e`` lands at ``128 s + 32 q + 8 t + e``."""
-    x = torch.randn(2, tokens, 200).bfloat16()
-    got = fp4_decode.paired_x(x.to(device), PACKED).cpu()
-    expected = torch.zeros(2, tokens, 256, dtype=torch.bfloat16)
-    for k in range(200):
-        s, t, q, e = k // 128, k % 128 // 32, k % 32 // 8, k % 8
-        expected[:, :, 128 * s + 32 * q + 8 * t + e] = x[:, :, k]
-    assert torch.equal(got, expected)
+def test_a_packed_weight_s_kernel_refuses_x_paired_and_odd_alignments():
+    """A ``Packing.DECODE`` weight's kernel reads ``x`` in ``x_paired``'s order as it lies in memory:
+    the host order is refused for it, as is a scale alignment other than 4, 2 or 1 bytes, or one for
+    the spec layout (whose kernels read one scale byte a thread)."""
+    paired = fp4_decode.Config(1, 1, 4, 1, True, x_paired=True)
+    with pytest.raises(ValueError, match="x_paired is for the spec layout"):
+        fp4_decode.binary(paired, 2, 0, False, (9, 0), cached=False, packing=PACKED)
+    with pytest.raises(ValueError, match="align must be 4, 2 or 1"):
+        fp4_decode.binary(fp4_decode.Config(), 2, 0, False, (9, 0), cached=False, packing=PACKED, align=3)
+    with pytest.raises(ValueError, match="align must be 4, 2 or 1 \\(1 for the spec layout\\)"):
+        fp4_wgmma.binary(fp4_wgmma.Config(), 2, 0, False, cached=False, align=4)
+
+
+@pytest.mark.parametrize("shape, stride, offset, align", [
+    ((3, 200, 61), None, 0, 1), ((1, 320, 90), None, 0, 2), ((2, 64, 32), None, 0, 4),
+    ((2, 64, 32), None, 2, 2), ((2, 64, 32), None, 1, 1)])
+def test_scale_alignment_is_where_every_span_s_scale_bytes_start(shape, stride, offset, align):
+    """A span's four scale bytes start ``4 s`` into a row: aligned to what the pointer, the rows'
+    stride and the experts' stride all are."""
+    scale = torch.zeros(shape[0] * shape[1] * shape[2] + offset, dtype=torch.uint8)[offset:].view(shape)
+    assert fp4_decode.scale_alignment(scale) == align
+    assert fp4_decode.scale_alignment(scale, Packing.SPEC) == 1
 
 
 @pytest.mark.parametrize("build", ["decode", "warpgroup"])
@@ -495,11 +510,16 @@ def test_the_packed_decoder_compiles_and_differs_from_the_spec_one(build):
     assert name.encode() not in spec and len(binary) != len(spec)
 
 
+PACKED_CANDIDATES = list(dict.fromkeys(
+    (key, fp4_matmul._without_x_order(config).decode) for key, configs in fp4_matmul.DECODE.items() for config in configs))
+
+
 @requires_hopper
-@pytest.mark.parametrize("key, config", CANDIDATES, ids=[f"{k}-{_name(c, k)}" for k, c in CANDIDATES])
+@pytest.mark.parametrize("key, config", PACKED_CANDIDATES, ids=[f"{k}-{_name(c, k)}" for k, c in PACKED_CANDIDATES])
 def test_each_packed_candidate_against_the_spec_with_extreme_scales(key, config):
     """Every configuration the tuning may choose for a ``Packing.DECODE`` weight, on the spec test's
-    operands repacked: against the float64 product of the spec layout's NumPy dequantization."""
+    operands repacked (61 blocks: scale rows 1-byte aligned, a last span of one block): against the
+    float64 product of the spec layout's NumPy dequantization."""
     rows = 8 * key - 3
     x, data, scale, ids = _operands(rows, 400 + key)
     bias = torch.randn(3, 200, generator=torch.Generator().manual_seed(key)).to(torch.bfloat16 if key % 2 else torch.float32)
@@ -508,6 +528,31 @@ def test_each_packed_candidate_against_the_spec_with_extreme_scales(key, config)
     y = torch.empty(2, rows, 200, dtype=torch.bfloat16, device="cuda")
     kernel_of(config).launch(config, x.cuda(), packed.cuda(), scale.cuda(), ids.cuda(), bias.cuda(), y, PACKED)
     assert_within_bf16_of(y.cpu(), _exact(x, data, scale, ids, bias))
+
+
+@requires_hopper
+@pytest.mark.parametrize("k, align", [(1216, 2), (1024, 4)], ids=["k1216-align2", "k1024-align4"])
+@pytest.mark.parametrize("key, config", PACKED_CANDIDATES, ids=[f"{k}-{_name(c, k)}" for k, c in PACKED_CANDIDATES])
+def test_each_packed_candidate_with_its_scale_words_aligned(key, config, k, align):
+    """Every packed candidate where a span's four scale bytes are read as two 16-bit loads (38 blocks
+    a row: 2-byte aligned rows, a last span of two blocks) or one 32-bit load (whole spans alone),
+    scale bytes from 112 to 140 (some past the one-multiplication decode), against the float64
+    product of the spec layout's NumPy dequantization."""
+    if isinstance(config, fp4_wgmma.Config) and not WARPGROUP:
+        pytest.skip("the warpgroup MMA is Hopper's (compute capability 9.0)")
+    g = torch.Generator().manual_seed(key * k)
+    rows, n = 8 * key - 1, 96
+    data = torch.randint(0, 256, (2, n, k // 2), dtype=torch.uint8, generator=g)
+    scale = torch.randint(112, 141, (2, n, k // 32), dtype=torch.uint8, generator=g)
+    x = torch.randn(2, rows, k, generator=g).bfloat16()
+    ids = torch.tensor([1, 0], dtype=torch.int32)
+    assert fp4_decode.scale_alignment(scale.cuda()) == align
+    y = torch.empty(2, rows, n, dtype=torch.bfloat16, device="cuda")
+    kernel_of(config).launch(config, x.cuda(), repack(data, PACKED, Packing.SPEC).cuda(), scale.cuda(), ids.cuda(),
+                             None, y, PACKED)
+    exact = _exact(x, data, scale, ids, None)
+    tolerance = torch.finfo(torch.bfloat16).eps * exact.abs() + 2**-16 * exact.abs().amax(dim=1, keepdim=True)
+    assert bool(((y.cpu().double() - exact).abs() <= tolerance).all())
 
 
 @pytest.mark.skipif(not WARPGROUP,

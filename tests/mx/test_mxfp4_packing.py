@@ -24,11 +24,12 @@ def random_bytes(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     return torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
 
 
-def every_byte_at_every_place(rows: int = 64, seed: int = 300) -> torch.Tensor:
-    """``[256 + rows, 16]`` bytes: each of the 256 values at every byte of every 32-bit word
-    (row ``v`` is ``v`` throughout), then random rows that mix them within words."""
-    exhaustive = torch.arange(256, dtype=torch.uint8)[:, None].expand(256, 16)
-    return torch.cat([exhaustive, random_bytes((rows, 16), seed)])
+def every_byte_at_every_place(rows: int = 64, seed: int = 300, width: int = 80) -> torch.Tensor:
+    """``[256 + rows, width]`` bytes (80: a whole span of 128 elements, then one 32-element block
+    of a span K ends inside): each of the 256 values at every byte of every 32-bit word (row ``v`` is
+    ``v`` throughout), then random rows that mix them within words and across words."""
+    exhaustive = torch.arange(256, dtype=torch.uint8)[:, None].expand(256, width)
+    return torch.cat([exhaustive, random_bytes((rows, width), seed)])
 
 
 def random_weight(shape: tuple[int, ...], seed: int, nan_block: bool = True) -> mx.MXFP4Tensor:
@@ -57,12 +58,20 @@ def kernel_decode(data: np.ndarray) -> np.ndarray:
     """What the CUDA decode kernels compute from ``DECODE`` bytes ``[..., K/2]``, before the scale:
     the float64 values ``[..., K]`` (each a bfloat16 of the element times 2**-126, times 2**126).
 
-    A little-endian 32-bit word ``w`` of bytes ``4q .. 4q+3`` holds elements ``8q .. 8q+7``. Pair
-    ``k`` (0 .. 3) is ``rotr(w, 0/3/6) & 0x81C081C0`` for ``k < 3``, and
-    ``((w & 0x001B001B) * 0x4108 mod 2**32) & 0x81C081C0`` for ``k = 3``; its low 16 bits are the
-    bfloat16 of element ``8q + 2k``, its high 16 bits element ``8q + 2k + 1``."""
+    Which elements a word holds: in a whole span of 128 elements (64 bytes), thread ``t`` of a quad
+    loads the 16 bytes at ``16 t`` and multiplies its word ``q`` (bytes ``16 t + 4 q ..``) with
+    ``x``'s elements ``32 q + 8 t .. 32 q + 8 t + 7``; in the span K ends inside, thread ``t`` loads
+    block ``t`` and its word ``q`` goes with elements ``32 t + 8 q ..``, as in memory order.
+
+    What a little-endian 32-bit word ``w`` decodes to: pair ``k`` (0 .. 3) is
+    ``rotr(w, 0/3/6) & 0x81C081C0`` for ``k < 3``, and ``((w & 0x001B001B) * 0x4108 mod 2**32) &
+    0x81C081C0`` for ``k = 3``; its low 16 bits are the bfloat16 of the word's element ``2k``, its
+    high 16 bits element ``2k + 1``."""
     b = data.astype(np.uint64).reshape(*data.shape[:-1], -1, 4)
-    w = b[..., 0] | b[..., 1] << 8 | b[..., 2] << 16 | b[..., 3] << 24
+    whole = data.shape[-1] // 64
+    spans = b[..., :16 * whole, :].reshape(*data.shape[:-1], whole, 4, 4, 4)  # [span, t, q, byte]
+    b = np.concatenate([spans.swapaxes(-3, -2).reshape(*data.shape[:-1], 16 * whole, 4), b[..., 16 * whole:, :]], axis=-2)
+    w = b[..., 0] | b[..., 1] << 8 | b[..., 2] << 16 | b[..., 3] << 24  # in the elements' order
     mask = 0x81C081C0
     pairs = [_rotr(w, 0) & mask, _rotr(w, 3) & mask, _rotr(w, 6) & mask,
              (((w & 0x001B001B) * 0x4108) & 0xFFFFFFFF) & mask]
@@ -97,10 +106,23 @@ def test_the_emulation_does_not_decode_spec_bytes():
     assert not ((kernel_decode(spec.numpy()) == expected) & (np.signbit(kernel_decode(spec.numpy())) == np.signbit(expected))).all()
 
 
+def test_the_emulation_needs_each_span_s_words_where_the_kernels_read_them():
+    """With the words of the whole span put back in memory order (the bits still permuted), the
+    emulation decodes the random rows' span wrong and their last block (a span K ends inside) right:
+    the test above checks where words go, not only their bits."""
+    spec = every_byte_at_every_place()
+    words = mx.MXFP4Tensor(spec, torch.zeros(spec.shape[0], 1, dtype=torch.uint8)).repack("decode").data.numpy()
+    untransposed = words.copy()
+    untransposed[:, :64] = words[:, :64].reshape(-1, 4, 4, 4).swapaxes(1, 2).reshape(-1, 64)
+    got, expected = kernel_decode(untransposed), e2m1_values(unpack_nibbles(spec.numpy())).astype(np.float64)
+    assert_same_values(got[:, 128:], expected[:, 128:])
+    assert not (got[256:, :128] == expected[256:, :128]).all()
+
+
 # ------------------------------------------------------------------ MXFP4Tensor
 
 
-@pytest.mark.parametrize("shape", [(4, 64), (2, 3, 96), (256,)])
+@pytest.mark.parametrize("shape", [(4, 64), (2, 3, 96), (256,), (2, 320)])
 def test_round_trip_is_bit_exact(shape):
     w = random_weight(shape, seed=310)
     decode = w.repack("decode")

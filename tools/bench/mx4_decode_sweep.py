@@ -91,10 +91,10 @@ def _fields(entry: dict) -> list[str]:
 
 
 def _job_name(job) -> str:
-    config, nt, bias, ids, packing = job
+    config, nt, bias, ids, packing, align = job
     if isinstance(config, fp4_wgmma.Config):
-        return fp4_wgmma._name(config, nt, bias, ids, packing=packing)
-    return fp4_decode._name(config, nt, bias, ids, packing)
+        return fp4_wgmma._name(config, nt, bias, ids, packing=packing, align=align)
+    return fp4_decode._name(config, nt, bias, ids, packing, align)
 
 
 def _resident(run, config, nt: int) -> int:
@@ -109,11 +109,12 @@ def build(jobs, capability) -> dict:
     only in how launches split ``K``)."""
 
     def one(job):
-        config, nt, bias, ids, packing = job
+        config, nt, bias, ids, packing, align = job
         try:
             if isinstance(config, fp4_wgmma.Config):
-                return job, fp4_wgmma.binary(config, nt, bias, ids, cached=False, packing=packing), {}
-            return job, fp4_decode.binary(config, nt, bias, ids, capability, cached=False, packing=packing), {}
+                return job, fp4_wgmma.binary(config, nt, bias, ids, cached=False, packing=packing, align=align), {}
+            return job, fp4_decode.binary(config, nt, bias, ids, capability, cached=False, packing=packing,
+                                          align=align), {}
         except Exception as error:  # noqa: BLE001 - recorded
             return job, None, {"error": str(error)[-400:]}
 
@@ -161,7 +162,9 @@ def main() -> None:
     # the experts' rows per expert stay within two token tiles at these token counts
     kernels = args.kernels.split(",")
     packings = [Packing.SPEC, Packing.DECODE] if args.packing == "both" else [Packing(args.packing)]
-    jobs = [(c, nt, 0, ids, packing) for nt in nts for packing in packings
+    # a DECODE weight's kernels for both scale alignments of these shapes (K / 32 a multiple of 4, or of 2)
+    jobs = [(c, nt, 0, ids, packing, align) for nt in nts for packing in packings
+            for align in ((4, 2) if packing is Packing.DECODE else (1,))
             for c in ((decode_configs(nt, {"auto": (None,), "late": (False,), "both": (None, False)}[args.x_early])
                        if "decode" in kernels else [])[::args.every]
                       + (wgmma_configs(nt, tuple(int(g) for g in args.groups.split(",")),
@@ -170,6 +173,10 @@ def main() -> None:
                       + (candidate_configs(nt) if "candidates" in kernels else []))
             if not isinstance(c, fp4_wgmma.Config) or fp4_wgmma.available(dev)
             for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]
+    # x_paired's order is what a DECODE weight's kernel reads of x as it is: its twin without the copy
+    jobs = list(dict.fromkeys(
+        (dataclasses.replace(c, x_paired=False), *rest) if packing is Packing.DECODE and getattr(c, "x_paired", False)
+        else (c, *rest) for c, *rest in jobs for packing in [rest[3]]))
     built = build(jobs, capability)
     results = {"commit": os.environ.get("XLABRIDGE_COMMIT"), "command": " ".join(sys.argv), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "compile_seconds": time.time() - started, "kernels": len(built), "rows": []}
@@ -179,11 +186,11 @@ def main() -> None:
         if code is None:
             continue
         try:
-            config, nt, bias, ids, packing = job
+            config, nt, bias, ids, packing, align = job
             if isinstance(config, fp4_wgmma.Config):
-                run = fp4_wgmma.load(code, config, nt, bias, ids, packing=packing)
+                run = fp4_wgmma.load(code, config, nt, bias, ids, packing=packing, align=align)
             else:
-                run = fp4_decode.load(code, config, nt, bias, ids, packing=packing)
+                run = fp4_decode.load(code, config, nt, bias, ids, packing=packing, align=align)
             loaded[job] = (run, {**info, "registers": run.registers, "spill_bytes": run.local_bytes,
                                  "resident": _resident(run, *job[:2])})
         except Exception as error:  # noqa: BLE001 - recorded
@@ -203,8 +210,9 @@ def main() -> None:
         row = {"shape": name, "n": n, "k": k, "tokens": tokens, "bf16_ms": dense, "configs": []}
         if any(isinstance(job[0], fp4_wgmma.Config) and job[1] == nt for job in loaded):
             row["mma_order_x_ms"] = gpu_time(lambda w: fp4_wgmma.mma_order_x(xs, nt), weight_args)
-        for ((config, nt_, bias, ids, packing), (run, info)), dependent in itertools.product(loaded.items(), modes):
-            if nt_ != nt or ids != (ids_list is not None):
+        aligns = {Packing.SPEC: 1, Packing.DECODE: fp4_decode.scale_alignment(weight_args[0][1])}
+        for ((config, nt_, bias, ids, packing, align), (run, info)), dependent in itertools.product(loaded.items(), modes):
+            if nt_ != nt or ids != (ids_list is not None) or align != aligns[packing]:
                 continue
             entry = {"kernel": kernel_of(config).__name__.rsplit(".", 1)[-1], **dataclasses.asdict(config), **info,
                      "dependent": dependent, "packing": packing.value}

@@ -1,21 +1,30 @@
-"""How an MXFP4 tensor's E2M1 elements are laid out in its bytes (``Packing``), and the one bit
+"""How an MXFP4 tensor's E2M1 elements are laid out in its bytes (``Packing``), and the one
 permutation between the two layouts (``repack``).
 
 ``Packing.SPEC`` is the OCP layout, gpt-oss checkpoints' too: element ``2i`` of a row in the low
 nibble of byte ``i``, so a little-endian 32-bit word holds elements ``8q .. 8q+7``, element ``j`` at
 bits ``4j .. 4j+3`` (bit ``4j+3`` the sign, then two exponent bits, then the mantissa bit).
 
-``Packing.DECODE`` keeps every element in the same 32-bit word (the same bytes of the row: four
-bytes, eight elements) and moves its four bits to where the CUDA decode kernels
-(``_cuda/fp4_common.cuh``'s ``decode`` built with ``PACKING=1``) turn the word into four bfloat16
-pairs of consecutive elements, ``(e[8q+2k], e[8q+2k+1])`` for ``k = 0 .. 3``, in eight integer
-operations: pair ``k`` is ``extract(word)[k]``, each value times ``2**-126`` with its sign
-at bit 15 (31) and its exponent and mantissa bits at bits 6 .. 8 (22 .. 24), as the spec layout's
-decoder makes them in thirteen operations and pairs ``(e[j], e[j+4])``. Consecutive pairs are also
-``x``'s own bfloat16 pairs, so the MMA takes ``x`` as it is in memory, with no byte permutes.
+``Packing.DECODE`` moves two things, each within a row's span of 128 elements (64 bytes, four
+32-element blocks of four words), where the CUDA decode kernels (``_cuda/fp4_common.cuh`` built with
+``PACKING=1``) read them:
 
-The permutation is defined by ``extract``'s constants alone (``decode_map`` derives which stored bit lands
-where); the kernels spell the same operations out.
+- The words of a whole span: thread ``t`` of a quad of those kernels reads the span's 16 bytes at
+  ``16 t`` and takes its word ``q`` with ``x``'s elements ``32 q + 8 t .. 32 q + 8 t + 7``, so that
+  the quad's loads of ``x`` for word ``q`` are one 64-byte run of a token's row. ``DECODE`` therefore
+  holds at word ``4 t + q`` of the span what ``SPEC`` holds at word ``4 q + t`` (a 4 x 4 transpose of
+  words, its own inverse). A span ``K`` ends inside (``K % 128``, a row's last 16 to 48 bytes)
+  keeps its words in place, as those kernels read it block by block.
+- The bits of each word: to where the kernels turn the word into four bfloat16 pairs of
+  consecutive elements, ``(e[8q+2k], e[8q+2k+1])`` for ``k = 0 .. 3``, in eight integer operations:
+  pair ``k`` is ``extract(word)[k]``, each value times ``2**-126`` with its sign at bit 15 (31) and
+  its exponent and mantissa bits at bits 6 .. 8 (22 .. 24), as the spec layout's decoder makes
+  them in thirteen operations and pairs ``(e[j], e[j+4])``. Consecutive pairs are also ``x``'s own
+  bfloat16 pairs, so the MMA takes ``x`` as it is in memory, with no byte permutes.
+
+The bit permutation is defined by ``extract``'s constants alone (``decode_map`` derives which stored
+bit lands where); the kernels spell the same operations out. The scales stay as they are: a
+thread's four words belong to the span's four blocks, so it reads the span's four scale bytes.
 """
 
 from __future__ import annotations
@@ -42,8 +51,10 @@ class Packing(str, enum.Enum):
     SPEC = "spec"
     """The OCP layout (element ``2i`` in the low nibble of byte ``i``), as checkpoints store it."""
     DECODE = "decode"
-    """Each word's bits in the order the CUDA decode kernels (Hopper and newer) read in eight integer
-    operations per eight elements; the same bytes, words and scales as ``SPEC`` otherwise."""
+    """The words of each whole span of 128 elements transposed and each word's bits permuted, in the
+    order the CUDA decode kernels (Hopper and newer) read with eight integer operations per eight
+    elements and ``x`` in one 64-byte run per quad of threads; the same scales and row bytes as
+    ``SPEC``."""
 
 
 def _rotr(word: int, r: int) -> int:
@@ -104,11 +115,26 @@ def repack(data: torch.Tensor, to: Packing | str, frm: Packing | str) -> torch.T
     moves = _moves(to)
     rows = data.reshape(-1, 4)  # a word a row
     if rows.shape[0] <= _CHUNK_WORDS:
-        return _repacked_words(rows, moves).reshape(data.shape)
+        return _transposed_spans(_repacked_words(rows, moves).reshape(data.shape))
     out = torch.empty_like(rows)
     for start in range(0, rows.shape[0], _CHUNK_WORDS):  # int64 words: bounded memory
         out[start:start + _CHUNK_WORDS] = _repacked_words(rows[start:start + _CHUNK_WORDS], moves)
-    return out.reshape(data.shape)
+    return _transposed_spans(out.reshape(data.shape))
+
+
+SPAN_BYTES = 64
+"""A span of 128 elements: four blocks of 32, four 32-bit words each."""
+
+
+def _transposed_spans(data: torch.Tensor) -> torch.Tensor:
+    """``data`` (``[..., K/2]`` bytes) with the words of each whole span of each row transposed, word
+    ``4 t + q`` to ``4 q + t`` (its own inverse); the bytes of a last partial span where they were."""
+    whole = data.shape[-1] // SPAN_BYTES
+    if not whole:
+        return data
+    lead, cut = data.shape[:-1], whole * SPAN_BYTES
+    spans = data[..., :cut].reshape(*lead, whole, 4, 4, 4).transpose(-3, -2).reshape(*lead, cut)
+    return spans if cut == data.shape[-1] else torch.cat([spans, data[..., cut:]], dim=-1)
 
 
 _CHUNK_WORDS = 1 << 22

@@ -118,6 +118,64 @@ __device__ __forceinline__ void scale_factors(u32 s, u32& f1, u32& f2) {
     }
 }
 
+// A thread's scale "word" for its 16 bytes of a span: PACKING 1, byte q the scale byte of its word q
+// (a whole span: the span's four blocks, whose bytes lie together; the span K ends inside, read block
+// by block: the thread's block's byte four times); PACKING 0, the thread's block's byte.
+// `word_factors`: scale_factors for word q.
+template <bool TWO>
+__device__ __forceinline__ void word_factors(u32 s, int q, u32& f1, u32& f2) {
+#if PACKING
+    if (TWO) {
+        scale_factors<true>((s >> (8 * q)) & 0xFFu, f1, f2);
+    } else {
+        // byte q in both halves, then 2^(s-1) as above: three operations
+        f1 = (permute(s, 0u, 0x4040u | (u32)q | ((u32)q << 8)) + 0x007E007Eu) << 7;
+        f2 = 0u;
+    }
+#else
+    scale_factors<TWO>(s, f1, f2);
+#endif
+}
+
+// Whether a byte of scale word s is above 128 (the two-multiplication path).
+__device__ __forceinline__ bool scale_big(u32 s) {
+    return (s & ((s & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) & 0x80808080u) != 0u;
+}
+
+// PACKING 1: the four scale bytes at p (a whole span's), in one load where the host found them
+// 4-byte aligned (SCALE_ALIGN 4), two (2) or four (1).
+#ifndef SCALE_ALIGN
+#define SCALE_ALIGN 1
+#endif
+__device__ __forceinline__ u32 load_scale_word(const u8* p) {
+    u32 v;
+#if SCALE_ALIGN == 4
+    asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+#elif SCALE_ALIGN == 2
+    u16 lo, hi;
+    asm("ld.global.nc.u16 %0, [%1];" : "=h"(lo) : "l"(p));
+    asm("ld.global.nc.u16 %0, [%1];" : "=h"(hi) : "l"(p + 2));
+    v = (u32)lo | ((u32)hi << 16);
+#else
+    v = load_scale(p) | (load_scale(p + 1) << 8) | (load_scale(p + 2) << 16) | (load_scale(p + 3) << 24);
+#endif
+    return v;
+}
+
+// This thread's scale word of a span from the span's scale bytes at p (PACKING 0: p is this thread's
+// block's byte); `tail`: the span K ends inside.
+__device__ __forceinline__ u32 span_scales(const u8* p, int t, bool tail) {
+#if PACKING
+    return tail ? load_scale(p + t) * 0x01010101u : load_scale_word(p);
+#else
+    return load_scale(p);
+#endif
+}
+// The scale word of a block past K (its elements read as zeros).
+#define NO_SCALE (PACKING ? 0x7F7F7F7Fu : 127u)
+// Where a thread's scale pointer starts in a span: PACKING 1, the span's first byte; else its block's.
+#define SCALE_T (PACKING ? 0 : 1)
+
 __device__ __forceinline__ void load_shared(u32 address, u32 (&v)[4]) {
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
                  : "r"(address) : "memory");

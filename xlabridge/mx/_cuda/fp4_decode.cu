@@ -25,9 +25,12 @@
 // threads of a quad then read one 64-byte run of a token's row per load, not four 16-byte pieces
 // 64 bytes apart, half the L1 wavefronts per load.
 //
-// PACKING 1: the weight was repacked offline (fp4_common.cuh) so that the decoder's pairs are
-// consecutive elements, x's own: no byte permutes; X_PAIRED then moves each span's chunks alone
-// (each 8 elements kept in order), for the quads' 64-byte runs.
+// PACKING 1: the weight was repacked offline (_fp4_packing.Packing.DECODE) so that the decoder's
+// pairs are consecutive elements, x's own (no byte permutes), and so that in a whole span thread t's
+// word q holds elements 32q + 8t .. 32q + 8t + 7: the quad's loads of x for word q are one 64-byte
+// run of x as it lies in memory (what X_PAIRED's extra launch gives the spec layout), and each thread
+// reads its span's four scale bytes, one factor per word. The span K ends inside is read block by
+// block, as PACKING 0 reads every span.
 //
 // PROBE (benchmarks only, register path): 1 loads without the arithmetic, 2 the arithmetic without
 // the loads; 0 otherwise.
@@ -37,8 +40,17 @@
 // 2 float32), HAS_IDS, KERNEL.
 
 // Elements between a thread's chunk q and q + 1 of x in a span, and between threads t and t + 1.
-#define X_CHUNK (X_PAIRED ? 32 : 8)
-#define X_T (X_PAIRED ? 8 : 32)
+#define X_CHUNK ((X_PAIRED || PACKING) ? 32 : 8)
+#define X_T ((X_PAIRED || PACKING) ? 8 : 32)
+#if X_PAIRED && PACKING
+#error "X_PAIRED is for the spec layout: a PACKING 1 weight takes x as it is"
+#endif
+
+// Elements from a thread's place in x's span (X_T t) to its chunk q; in the span K ends inside
+// (`tail`), a PACKING 1 thread reads its own block, 32t + 8q, as the weight's words there are.
+__device__ __forceinline__ int x_chunk(int q, int t, bool tail) {
+    return (PACKING && tail) ? 24 * t + 8 * q : X_CHUNK * q;
+}
 
 __device__ __forceinline__ void mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     asm volatile(
@@ -54,18 +66,16 @@ __device__ __forceinline__ void mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a
 template <bool TWO, class X>
 __device__ __forceinline__ void span_math(float (&acc)[RT][NT][4], const u32 (&w)[RT][2][4], const u32 (&s)[RT][2],
                                           const X& x_words) {
-    u32 f1[RT][2], f2[RT][2];
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) scale_factors<TWO>(s[r][h], f1[r][h], f2[r][h]);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
         u32 lo[RT][4], hi[RT][4];  // the A registers of K chunks 2q and 2q + 1, rows g and g + 8
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
-            decode<TWO>(w[r][0][q], f1[r][0], f2[r][0], lo[r]);
-            decode<TWO>(w[r][1][q], f1[r][1], f2[r][1], hi[r]);
+            u32 f1[2], f2[2];  // word q's factors (PACKING 0: the same for every q, computed once)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) word_factors<TWO>(s[r][h], q, f1[h], f2[h]);
+            decode<TWO>(w[r][0][q], f1[0], f2[0], lo[r]);
+            decode<TWO>(w[r][1][q], f1[1], f2[1], hi[r]);
         }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
@@ -89,7 +99,7 @@ __device__ __forceinline__ void span_math(float (&acc)[RT][NT][4], const u32 (&w
 }
 
 // One span: span_math on the faster path unless a scale byte of the span is above 128 anywhere in
-// the warp.
+// the warp (s: scale words, fp4_common.cuh).
 template <class X>
 __device__ __forceinline__ void one_span(float (&acc)[RT][NT][4], const u32 (&w)[RT][2][4], const u32 (&s)[RT][2],
                                          const X& x_words) {
@@ -97,7 +107,7 @@ __device__ __forceinline__ void one_span(float (&acc)[RT][NT][4], const u32 (&w)
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) big |= s[r][h] > 128u;
+        for (int h = 0; h < 2; ++h) big |= scale_big(s[r][h]);
     if (__any_sync(FULL_MASK, big))
         span_math<true>(acc, w, s, x_words);
     else
@@ -121,14 +131,15 @@ struct RegisterX {
     }
 };
 
-// ... from global memory (through L1): this thread's block of each token's row at `p`; zeros
-// where `ok` is false (the blocks past K).
+// ... from global memory (through L1): this thread's elements of each token's row at `p`; zeros
+// where `ok` is false (the blocks past K); `tail`: the span K ends inside.
 struct SpanX {
     const u16* const (&p)[NT];
-    bool ok;
+    bool ok, tail;
+    int t;
     __device__ __forceinline__ void operator()(int j, int q, u32 (&v)[4]) const {
         if (ok)
-            load_x(p[j] + X_CHUNK * q, v[0], v[1], v[2], v[3]);
+            load_x(p[j] + x_chunk(q, t, tail), v[0], v[1], v[2], v[3]);
         else
             v[0] = v[1] = v[2] = v[3] = 0u;
     }
@@ -184,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
         for (int h = 0; h < 2; ++h) {
             const i64 n = min(n0 + 16 * r + g + 8 * h, N - 1);
             wp[r][h] = w + e * swe + n * swn + 16 * (4 * first + t);
-            sp[r][h] = sc + e * sse + n * ssn + 4 * first + t;
+            sp[r][h] = sc + e * sse + n * ssn + 4 * first + SCALE_T * t;
         }
     }
     const u16* xp[NT];  // x's block for the next span to read (or copy), token 8j + g
@@ -194,9 +205,9 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     // moved on; the test for K's last span is out of the unchecked copy, as in the loads.
     auto span_with_global_x = [&](const u32 (&wv)[RT][2][4], const u32 (&sv)[RT][2], int at) {
         if (at < whole)
-            one_span(acc, wv, sv, SpanX{xp, true});
+            one_span(acc, wv, sv, SpanX{xp, true, false, t});
         else
-            one_span(acc, wv, sv, SpanX{xp, 4 * at + t < blocks});
+            one_span(acc, wv, sv, SpanX{xp, 4 * at + t < blocks, true, t});
 #pragma unroll
         for (int j = 0; j < NT; ++j) xp[j] += 128;
     };
@@ -218,7 +229,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
             for (int h = 0; h < 2; ++h) {
                 copy_weight(base + (stage * SLOT + (r * 2 + h) * 32) * 16, ok ? (const void*)wp[r][h] : w,
                             ok ? 16u : 0u);
-                scales[stage][r][h] = ok ? load_scale(sp[r][h]) : 127u;
+                scales[stage][r][h] = ok ? span_scales(sp[r][h], t, check) : NO_SCALE;
                 wp[r][h] += 64;
                 sp[r][h] += 4;
             }
@@ -229,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #pragma unroll
             for (int q = 0; q < 4; ++q)
                 copy_x(base + (stage * SLOT + (RT * 2 + j * 4 + q) * 32) * 16,
-                       ok ? (const void*)(xp[j] + X_CHUNK * q) : x,
+                       ok ? (const void*)(xp[j] + x_chunk(q, t, check)) : x,
                        ok ? 16u : 0u);
             xp[j] += 128;
         }
@@ -288,13 +299,13 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
                 if (PROBE == 2) {  // arithmetic only: made-up words, no loads
 #pragma unroll
                     for (int q = 0; q < 4; ++q) wv[r][h][q] = (u32)(at * 16 + t * 4 + q + r * 2 + h) * 0x9E3779B9u;
-                    sv[r][h] = 120u;
+                    sv[r][h] = PACKING ? 0x78787878u : 120u;
                 } else if (ok) {
                     load_weight(wp[r][h], wv[r][h][0], wv[r][h][1], wv[r][h][2], wv[r][h][3]);
-                    sv[r][h] = load_scale(sp[r][h]);
+                    sv[r][h] = span_scales(sp[r][h], t, check);
                 } else {
                     wv[r][h][0] = wv[r][h][1] = wv[r][h][2] = wv[r][h][3] = 0u;
-                    sv[r][h] = 127u;
+                    sv[r][h] = NO_SCALE;
                 }
                 wp[r][h] += 64;
                 sp[r][h] += 4;
@@ -306,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 if (ok)
-                    load_x(xp[j] + X_CHUNK * q, xv[j][q][0], xv[j][q][1], xv[j][q][2], xv[j][q][3]);
+                    load_x(xp[j] + x_chunk(q, t, check), xv[j][q][0], xv[j][q][1], xv[j][q][2], xv[j][q][3]);
                 else
                     xv[j][q][0] = xv[j][q][1] = xv[j][q][2] = xv[j][q][3] = 0u;
             }

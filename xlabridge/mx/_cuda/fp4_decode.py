@@ -136,9 +136,29 @@ PREFETCH_SPANS = 2
 ``prefetch_row``): the first loads' latency spent while that kernel finishes."""
 
 
+def scale_alignment(scale: torch.Tensor, packing: Packing = Packing.DECODE) -> int:
+    """The bytes (4, 2 or 1) that every span's scale bytes of ``scale`` (``[E, N, K/32]``) start on,
+    for a ``Packing.DECODE`` weight's kernel, which loads a span's four together (``SCALE_ALIGN``);
+    1 for the spec layout, whose kernels load one byte a thread."""
+    if Packing(packing) is not Packing.DECODE:
+        return 1
+    for align in (4, 2):
+        if scale.data_ptr() % align == 0 and all(stride % align == 0 for stride in scale.stride()[:-1]):
+            return align
+    return 1
+
+
+def _check_packing(config: Config, packing: Packing, align: int) -> None:
+    if config.x_paired and packing is Packing.DECODE:
+        raise ValueError("fp4_decode: x_paired is for the spec layout; a Packing.DECODE weight's kernel takes x as it is")
+    if align not in (1, 2, 4) or (align != 1 and packing is not Packing.DECODE):
+        raise ValueError(f"fp4_decode: align must be 4, 2 or 1 (1 for the spec layout), got {align!r}")
+
+
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe: int = 0,
-             packing: Packing = Packing.SPEC) -> list[str]:
-    macros = {"PACKING": int(packing is Packing.DECODE), "NT": nt, "RT": config.rt, "WN": config.wn,
+             packing: Packing = Packing.SPEC, align: int = 1) -> list[str]:
+    _check_packing(config, packing, align)
+    macros = {"PACKING": int(packing is Packing.DECODE), "SCALE_ALIGN": align, "NT": nt, "RT": config.rt, "WN": config.wn,
               "WK": config.wk, "U": config.spans,
               "DB": int(config.double), "ASYNC": int(config.stages > 0), "S": max(config.stages, 2),
               "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired),
@@ -152,8 +172,12 @@ def x_early(config: Config, nt: int) -> bool:
     return (not config.stages and nt <= 2) if config.x_early is None else config.x_early
 
 
-def _name(config: Config, nt: int, bias: int, has_ids: bool, packing: Packing = Packing.SPEC) -> str:
-    return (f"mxfp4_decode{'_packed' if packing is Packing.DECODE else ''}_n{nt}_r{config.rt}_wn{config.wn}"
+def _packing_name(packing: Packing, align: int) -> str:
+    return f"_packed{align}" if packing is Packing.DECODE else ""
+
+
+def _name(config: Config, nt: int, bias: int, has_ids: bool, packing: Packing = Packing.SPEC, align: int = 1) -> str:
+    return (f"mxfp4_decode{_packing_name(packing, align)}_n{nt}_r{config.rt}_wn{config.wn}"
             f"_wk{config.wk}_u{config.spans}_d{int(config.double)}"
             f"_s{config.stages}_x{int(config.x_async)}{int(config.x_paired)}{int(x_early(config, nt))}"
             f"_b{config.min_blocks}_{bias}{int(has_ids)}")
@@ -165,51 +189,49 @@ def source() -> str:
 
 
 def binary(config: Config, nt: int, bias: int, has_ids: bool, capability: tuple[int, int], cached: bool = True,
-           probe: int = 0, packing: Packing = Packing.SPEC) -> bytes:
+           probe: int = 0, packing: Packing = Packing.SPEC, align: int = 1) -> bytes:
     """The kernel's binary for ``sm_<capability>`` (``nt`` token tiles, ``bias`` kind of
-    ``BIAS_KINDS`` or 0, the weight laid out as ``packing``): from ``_runtime``'s disk cache or NVRTC
-    (``cached``), or NVRTC's alone (``probe``: a benchmark's ``PROBE`` build, never cached)."""
-    name = _name(config, nt, bias, has_ids, packing) + (f"_p{probe}" if probe else "")
+    ``BIAS_KINDS`` or 0, the weight laid out as ``packing``, its scale bytes ``align``-aligned per
+    span: ``scale_alignment``): from ``_runtime``'s disk cache or NVRTC (``cached``), or NVRTC's
+    alone (``probe``: a benchmark's ``PROBE`` build, never cached)."""
+    packing = Packing(packing)
+    name = _name(config, nt, bias, has_ids, packing, align) + (f"_p{probe}" if probe else "")
     build = _runtime.cached_cubin if cached and not probe else _runtime.compile_cubin
     return build(source(), name, f"{capability[0]}{capability[1]}",
-                 _options(config, nt, bias, has_ids, name, probe, packing))
+                 _options(config, nt, bias, has_ids, name, probe, packing, align))
 
 
 def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, probe: int = 0,
-         packing: Packing = Packing.SPEC) -> _runtime.Kernel:
+         packing: Packing = Packing.SPEC, align: int = 1) -> _runtime.Kernel:
     """``binary``'s result loaded into the current context."""
-    return _runtime.Kernel(code, _name(config, nt, bias, has_ids, packing) + (f"_p{probe}" if probe else ""),
-                           config.ring_bytes(nt))
+    name = _name(config, nt, bias, has_ids, Packing(packing), align) + (f"_p{probe}" if probe else "")
+    return _runtime.Kernel(code, name, config.ring_bytes(nt))
 
 
 @functools.cache
 def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int,
-           packing: Packing = Packing.SPEC) -> _runtime.Kernel:
+           packing: Packing = Packing.SPEC, align: int = 1) -> _runtime.Kernel:
     """The kernel loaded on that device (its ``registers`` and ``local_bytes`` are the driver's)."""
     code = binary(config, nt, bias, has_ids, compute_capability(torch.device("cuda", device_index)),
-                  packing=packing)
-    return _runtime.on_device(device_index, lambda: load(code, config, nt, bias, has_ids, packing=packing))
+                  packing=packing, align=align)
+    return _runtime.on_device(device_index, lambda: load(code, config, nt, bias, has_ids, packing=packing, align=align))
 
 
 def bias_kind(bias: torch.Tensor | None) -> int:
     return 0 if bias is None else BIAS_KINDS[bias.dtype]
 
 
-def paired_x(x: torch.Tensor, packing: Packing = Packing.SPEC) -> torch.Tensor:
-    """``x`` (``[A, M, K]``) as ``x_paired`` kernels read it: ``K`` padded with zeros to a multiple
-    of 128 (a span); in each span, element ``32 t + 8 q + e`` (thread ``t``'s block, its chunk ``q``)
-    moved to ``32 q + 8 t + p``, with ``e`` = 0, 4, 1, 5, 2, 6, 3, 7 for ``p`` = 0 .. 7 (the MMA's pairs
-    for the spec layout; for a ``Packing.DECODE`` weight, whose pairs are ``x``'s own, ``e = p``). On
-    a GPU, ``x_order``'s one launch (``x`` a kernel's operand)."""
-    packed = Packing(packing) is Packing.DECODE
+def paired_x(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (``[A, M, K]``) as ``x_paired`` kernels (spec layout) read it: ``K`` padded with zeros
+    to a multiple of 128 (a span); in each span, element ``32 t + 8 q + e`` (thread ``t``'s block,
+    its chunk ``q``) moved to ``32 q + 8 t + p``, with ``e`` = 0, 4, 1, 5, 2, 6, 3, 7 for ``p`` =
+    0 .. 7, the MMA's pairs. On a GPU, ``x_order``'s one launch (``x`` a kernel's operand)."""
     if x.is_cuda:
-        return x_order.order(x, x_order.Layout.PAIRED_PACKED if packed else x_order.Layout.PAIRED)
+        return x_order.order(x, x_order.Layout.PAIRED)
     A, M, K = x.shape
     padded = -(-K // 128) * 128
     if padded != K:
         x = torch.nn.functional.pad(x, (0, padded - K))
-    if packed:  # [span, t, q, e] -> [span, q, t, e]
-        return x.view(A, M, padded // 128, 4, 4, 8).transpose(3, 4).reshape(A, M, padded)
     # [span, t, q, half, k] -> [span, q, t, k, half]
     return x.view(A, M, padded // 128, 4, 4, 2, 4).permute(0, 1, 2, 4, 3, 6, 5).reshape(A, M, padded)
 
@@ -222,7 +244,8 @@ def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Ten
     if not config.fits(nt):
         raise ValueError(f"fp4_decode: {config} with {nt} token tiles needs more shared memory than an SM has")
     packing = Packing(packing)
-    run = kernel(config, nt, bias_kind(bias), ids is not None, x.device.index or 0, packing)
+    run = kernel(config, nt, bias_kind(bias), ids is not None, x.device.index or 0, packing,
+                 scale_alignment(scale, packing))
     return launch_loaded(run, config, x, data, scale, ids, bias, y, packing=packing)
 
 
@@ -230,12 +253,13 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
                   ids: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor,
                   dependent: bool = True, packing: Packing = Packing.SPEC) -> torch.Tensor:
     """``launch`` with the kernel ``run`` already loaded (``kernel``'s, or a benchmark's own build, for
-    the weight's packing); ``dependent``: launched to overlap the stream's previous kernel
-    (``_runtime.Kernel``)."""
+    the weight's packing and at most ``scale_alignment(scale)``); ``dependent``: launched to overlap
+    the stream's previous kernel (``_runtime.Kernel``)."""
     A, M, K = x.shape
     N = data.shape[-2]
     if config.x_paired:  # each span's chunks in (q, t) order, each 8 elements as the MMA pairs them
-        x = paired_x(x, packing)
+        _check_packing(config, Packing(packing), 1)
+        x = paired_x(x)
     run((-(-N // config.rows), A, 1), (config.threads, 1, 1),
         [x, data, scale, bias, ids, y, M, N, K, x.stride(0), x.stride(1), data.stride(0), data.stride(1),
          scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],

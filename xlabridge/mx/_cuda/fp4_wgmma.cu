@@ -13,7 +13,8 @@
 // elements, 16 bytes a token), K permuted as the decoder pairs the weight: in a span's chunk
 // c = 2q + h of 16 elements, core matrix d (elements 8d .. 8d+7 of the chunk as the MMA counts them),
 // position 2t + j holds element 32t + 8q + 2h + d + 4j of the span (PACKING 1, the weight's pairs
-// consecutive elements: 32t + 8q + 4h + 2d + j). Core matrices of one chunk: the
+// consecutive elements and, in a whole span, thread t's word q elements 32q + 8t ..: 32q + 8t + 4h +
+// 2d + j; in the span K ends inside, 32t + 8q + 4h + 2d + j). Core matrices of one chunk: the
 // 8-token groups 128 bytes apart (the stride byte offset), the two halves of K NT x 128 bytes apart
 // (the leading byte offset); chunks one after another. (x put there by the CTA's own threads needs
 // a proxy fence before the MMA reads it, which waits for every load the thread has in flight; the
@@ -137,7 +138,7 @@ __device__ __forceinline__ void decode_pair(const u32 (&w)[2][4], const u32 (&s)
                                             u32 (&a1)[4]) {
     u32 f1[2], f2[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) scale_factors<TWO>(s[h], f1[h], f2[h]);
+    for (int h = 0; h < 2; ++h) word_factors<TWO>(s[h], q, f1[h], f2[h]);
     u32 lo[4], hi[4];
     decode<TWO>(w[0][q], f1[0], f2[0], lo);
     decode<TWO>(w[1][q], f1[1], f2[1], hi);
@@ -220,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
     for (int h = 0; h < 2; ++h) {
         const i64 n = min(row + 8 * h, N - 1);
         wp[h] = w + e * swe + n * swn + 16 * (4 * first + t);
-        sp[h] = sc + e * sse + n * ssn + 4 * first + t;
+        sp[h] = sc + e * sse + n * ssn + 4 * first + SCALE_T * t;
     }
     // The weight streams through a ring of S stages in shared memory by asynchronous copies, each
     // stage G spans (one commit group: a warp asks for 64 G contiguous bytes of each of its rows at
@@ -259,11 +260,11 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         else if (i % G == G - 1)
             issue_group(i / G + S - 1, (i / G + S - 1) % S);
     };
-    auto load_scales = [&](u32 (&sv)[2], int at) {
+    auto load_scales = [&](u32 (&sv)[2], int at) {  // scale words (fp4_common.cuh)
         const bool ok = at < last && (at < whole || 4 * at + t < blocks);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            sv[h] = ok ? load_scale(sp[h]) : 127u;
+            sv[h] = ok ? span_scales(sp[h], t, at >= whole) : NO_SCALE;
             sp[h] += 4;
         }
     };
@@ -318,7 +319,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         for (int h = 0; h < 2; ++h) load_shared(weight_at(i, h), wv[h]);
         TOC(weight, 0);
         TIC(scales);
-        const bool two = __any_sync(FULL_MASK, sv[J][0] > 128u || sv[J][1] > 128u);
+        const bool two = __any_sync(FULL_MASK, scale_big(sv[J][0]) || scale_big(sv[J][1]));
         TOC(scales, 3);
         const u32 span = base + (u32)(i % SLOTS) * SLOT;
 #pragma unroll
@@ -368,7 +369,7 @@ extern "C" __global__ void __launch_bounds__(WG * 128, MINB) KERNEL(
         for (int h = 0; h < 2; ++h) load_shared(weight_at(i, h), wv[h]);
         TOC(weight, 0);
         TIC(scales);
-        const bool two = __any_sync(FULL_MASK, sv[J][0] > 128u || sv[J][1] > 128u);
+        const bool two = __any_sync(FULL_MASK, scale_big(sv[J][0]) || scale_big(sv[J][1]));
         TOC(scales, 3);
         if (two)
             decode_span<true>(wv, sv[J], av);

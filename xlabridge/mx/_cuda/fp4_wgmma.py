@@ -158,8 +158,10 @@ def source(nt: int) -> str:
 
 
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, trace: bool,
-             packing: Packing = Packing.SPEC) -> list[str]:
-    macros = {"PACKING": int(packing is Packing.DECODE), "NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": config.slots, "MINB": config.min_blocks,
+             packing: Packing = Packing.SPEC, align: int = 1) -> list[str]:
+    if align not in (1, 2, 4) or (align != 1 and packing is not Packing.DECODE):
+        raise ValueError(f"fp4_wgmma: align must be 4, 2 or 1 (1 for the spec layout), got {align!r}")
+    macros = {"PACKING": int(packing is Packing.DECODE), "SCALE_ALIGN": align, "NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": config.slots, "MINB": config.min_blocks,
               "PAIRS": int(config.pipeline is Pipeline.PAIRS), "HAS_BIAS": bias, "HAS_IDS": int(has_ids),
               "PREFETCH": fp4_decode.PREFETCH_SPANS, "G": config.group, "CLUSTER": int(config.sums is Sums.CLUSTER),
               "TRACE": int(trace), "KERNEL": name}
@@ -167,39 +169,42 @@ def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, trace
 
 
 def _name(config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False,
-          packing: Packing = Packing.SPEC) -> str:
+          packing: Packing = Packing.SPEC, align: int = 1) -> str:
     pairs = "_p" if config.pipeline is Pipeline.PAIRS else ""
     slots = (("" if config.slots == SLOTS else f"_x{config.slots}") + ("" if config.group == 1 else f"_r{config.group}")
              + ("_c" if config.sums is Sums.CLUSTER else ""))
-    return (f"mxfp4_wgmma{'_packed' if packing is Packing.DECODE else ''}_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}{pairs}{slots}"
+    return (f"mxfp4_wgmma{fp4_decode._packing_name(packing, align)}_n{nt}_g{config.wg}_s{config.stages}_b{config.min_blocks}{pairs}{slots}"
             f"_{bias}{int(has_ids)}{'_t' if trace else ''}")
 
 
 def binary(config: Config, nt: int, bias: int, has_ids: bool, cached: bool = True, trace: bool = False,
-           packing: Packing = Packing.SPEC) -> bytes:
-    """The kernel's binary for ``sm_90a`` (the weight laid out as ``packing``): from ``_runtime``'s
-    disk cache or NVRTC (``cached``), or NVRTC's alone; ``trace``: the diagnostic build that records
+           packing: Packing = Packing.SPEC, align: int = 1) -> bytes:
+    """The kernel's binary for ``sm_90a`` (the weight laid out as ``packing``, its scale bytes
+    ``align``-aligned per span: ``fp4_decode.scale_alignment``): from ``_runtime``'s disk cache or
+    NVRTC (``cached``), or NVRTC's alone; ``trace``: the diagnostic build that records
     ``TRACE_FIELDS`` per CTA."""
     build = _runtime.cached_cubin if cached else _runtime.compile_cubin
-    return build(*_compile_args(config, nt, bias, has_ids, trace, packing))
+    return build(*_compile_args(config, nt, bias, has_ids, trace, packing, align))
 
 
-def report(config: Config, nt: int, bias: int, has_ids: bool, packing: Packing = Packing.SPEC) -> _runtime.PtxasReport:
+def report(config: Config, nt: int, bias: int, has_ids: bool, packing: Packing = Packing.SPEC,
+           align: int = 1) -> _runtime.PtxasReport:
     """``ptxas``'s registers, spills and warnings for ``binary``'s kernel (a compile of its own)."""
-    return _runtime.ptxas_report(*_compile_args(config, nt, bias, has_ids, packing=packing))
+    return _runtime.ptxas_report(*_compile_args(config, nt, bias, has_ids, packing=packing, align=align))
 
 
 def _compile_args(config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False,
-                  packing: Packing = Packing.SPEC) -> tuple[str, str, str, list[str]]:
+                  packing: Packing = Packing.SPEC, align: int = 1) -> tuple[str, str, str, list[str]]:
     """``_runtime``'s compile arguments for the kernel: source, name, architecture, options."""
-    name = _name(config, nt, bias, has_ids, trace, packing)
-    return source(nt), name, "90a", _options(config, nt, bias, has_ids, name, trace, packing)
+    packing = Packing(packing)
+    name = _name(config, nt, bias, has_ids, trace, packing, align)
+    return source(nt), name, "90a", _options(config, nt, bias, has_ids, name, trace, packing, align)
 
 
 def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, trace: bool = False,
-         packing: Packing = Packing.SPEC) -> _runtime.Kernel:
+         packing: Packing = Packing.SPEC, align: int = 1) -> _runtime.Kernel:
     """``binary``'s result loaded into the current context."""
-    return _runtime.Kernel(code, _name(config, nt, bias, has_ids, trace, packing), SHARED_BYTES)
+    return _runtime.Kernel(code, _name(config, nt, bias, has_ids, trace, Packing(packing), align), SHARED_BYTES)
 
 
 TRACE_SLOTS = 16
@@ -221,10 +226,10 @@ def ring_bytes(config: Config) -> int:
 
 @functools.cache
 def kernel(config: Config, nt: int, bias: int, has_ids: bool, device_index: int,
-           packing: Packing = Packing.SPEC) -> _runtime.Kernel:
+           packing: Packing = Packing.SPEC, align: int = 1) -> _runtime.Kernel:
     """The kernel loaded on that device."""
-    code = binary(config, nt, bias, has_ids, packing=packing)
-    return _runtime.on_device(device_index, lambda: load(code, config, nt, bias, has_ids, packing=packing))
+    code = binary(config, nt, bias, has_ids, packing=packing, align=align)
+    return _runtime.on_device(device_index, lambda: load(code, config, nt, bias, has_ids, packing=packing, align=align))
 
 
 def splits(config: Config, tiles: int, k: int, sms: int) -> tuple[int, int]:
@@ -263,8 +268,10 @@ def mma_order_x(x: torch.Tensor, nt: int, packing: Packing = Packing.SPEC) -> to
     """``x`` (``[A, M, K]``) as the kernel copies it into shared memory (``[A, spans * nt * 1024]``):
     tokens padded with zeros to ``8 nt``, ``K`` to whole spans of 128; per span, in the order chunk
     ``c = 2q + h``, half ``d``, token tile, token, position ``2t + j``, the span's element
-    ``32t + 8q + 4j + 2h + d`` (for a ``Packing.DECODE`` weight, whose pairs are consecutive elements,
-    ``32t + 8q + 4h + 2d + j``). On a GPU, ``x_order``'s one launch (``x`` a kernel's operand)."""
+    ``32t + 8q + 4j + 2h + d`` (for a ``Packing.DECODE`` weight, whose pairs are consecutive elements
+    and whose words are transposed in whole spans, ``32q + 8t + 4h + 2d + j``; in the span ``K`` ends
+    inside, ``32t + 8q + 4h + 2d + j``). On a GPU, ``x_order``'s one launch (``x`` a kernel's
+    operand)."""
     packed = Packing(packing) is Packing.DECODE
     if x.is_cuda:
         return x_order.order(x, x_order.Layout.WGMMA_PACKED if packed else x_order.Layout.WGMMA, nt)
@@ -272,6 +279,10 @@ def mma_order_x(x: torch.Tensor, nt: int, packing: Packing = Packing.SPEC) -> to
     spans = -(-K // 128)
     if K % 128:
         x = torch.nn.functional.pad(x, (0, spans * 128 - K))
+    if packed and K >= 128:  # whole spans' 8-element groups (q, t) to (t, q): then as the tail span
+        whole = K // 128
+        head = x[..., :128 * whole].reshape(A, M, whole, 4, 4, 8).transpose(3, 4).reshape(A, M, 128 * whole)
+        x = torch.cat([head, x[..., 128 * whole:]], dim=-1)
     if M == 8 * nt:  # one copy
         if packed:  # [A, ng, r, span, t, q, h, d, j] -> [A, span, q, h, d, ng, r, t, j]
             order = x.view(A, nt, 8, spans, 4, 4, 2, 2, 2).permute(0, 3, 5, 6, 7, 1, 2, 4, 8)
@@ -292,7 +303,8 @@ def launch(config: Config, x: torch.Tensor, data: torch.Tensor, scale: torch.Ten
     one launch (``refusal`` is None for these operands; ``data`` laid out as ``packing``)."""
     nt = fp4_decode.token_tiles(x.shape[1])
     packing = Packing(packing)
-    run = kernel(config, nt, fp4_decode.bias_kind(bias), ids is not None, x.device.index or 0, packing)
+    run = kernel(config, nt, fp4_decode.bias_kind(bias), ids is not None, x.device.index or 0, packing,
+                 fp4_decode.scale_alignment(scale, packing))
     return launch_loaded(run, config, x, data, scale, ids, bias, y, packing=packing)
 
 

@@ -7,9 +7,9 @@
 // MMA's core matrices: chunk c = 2q + h, half d, token tile, token, position 2t + j holding the
 // span's element 32t + 8q + 4j + 2h + d; out is [A, spans * NT * 1024].
 // LAYOUT 2 (fp4_wgmma.mma_order_x for a Packing.DECODE weight, whose pairs are consecutive
-// elements): as LAYOUT 0 with position 2t + j holding the span's element 32t + 8q + 4h + 2d + j.
-// LAYOUT 3 (fp4_decode.paired_x for a Packing.DECODE weight, whose pairs are x's own): as LAYOUT 1
-// with each 8 elements kept in order, element 32t + 8q + e moved to 32q + 8t + e.
+// elements, thread t's word q in a whole span elements 32q + 8t ..): as LAYOUT 0 with position
+// 2t + j holding the span's element 32q + 8t + 4h + 2d + j (in the span K ends inside, read block by
+// block: 32t + 8q + 4h + 2d + j).
 // LAYOUT 1 (fp4_decode.paired_x): each of the M tokens' span with element 32t + 8q + e moved to
 // 32q + 8t + p, e = 0, 4, 1, 5, 2, 6, 3, 7 for p = 0 .. 7; out is [A, M, spans * 128].
 //
@@ -34,24 +34,22 @@ extern "C" __global__ void __launch_bounds__(128) KERNEL(const u16* __restrict__
     __syncthreads();
     auto pair = [&](int r, int lo, int hi) { return (u32)tile[r][lo] | ((u32)tile[r][hi] << 16); };
 #if LAYOUT == 0 || LAYOUT == 2
-    // a pair's second element j = 1 after its first, and the steps of h and d, in the span
+    // a pair's second element j = 1 after its first, and the steps of h, d, q and t, in the span
     constexpr int J = LAYOUT == 2 ? 1 : 4, H = LAYOUT == 2 ? 4 : 2, D = LAYOUT == 2 ? 2 : 1;
+    const bool by_word = LAYOUT == 2 && 128 * s + 128 <= K;  // a whole span of a Packing.DECODE weight
+    const int Q = by_word ? 32 : 8, T = by_word ? 8 : 32;
     const int r = c & 7, rest = c >> 3;  // rest = 2 (2q + h) + d
-    const int base = 8 * (rest >> 2) + H * ((rest >> 1) & 1) + D * (rest & 1);
+    const int base = Q * (rest >> 2) + H * ((rest >> 1) & 1) + D * (rest & 1);
     uint4* o = (uint4*)(out + ((i64)a * spans + s) * (NT * 1024)) + (rest * NT + blockIdx.z) * 8 + r;
-    *o = make_uint4(pair(r, base, base + J), pair(r, base + 32, base + 32 + J), pair(r, base + 64, base + 64 + J),
-                    pair(r, base + 96, base + 96 + J));
+    *o = make_uint4(pair(r, base, base + J), pair(r, base + T, base + T + J), pair(r, base + 2 * T, base + 2 * T + J),
+                    pair(r, base + 3 * T, base + 3 * T + J));
 #else
     const int r = c >> 4, q = (c >> 2) & 3, t = c & 3;
     if (tokens + r < M) {
         const int base = 32 * t + 8 * q;
         uint4* o = (uint4*)(out + ((i64)a * M + tokens + r) * (spans * 128) + 128 * s + 32 * q + 8 * t);
-#if LAYOUT == 3
-        *o = *(const uint4*)&tile[r][base];
-#else
         *o = make_uint4(pair(r, base, base + 4), pair(r, base + 1, base + 5), pair(r, base + 2, base + 6),
                         pair(r, base + 3, base + 7));
-#endif
     }
 #endif
 }

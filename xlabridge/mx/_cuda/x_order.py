@@ -25,9 +25,8 @@ class Layout(enum.IntEnum):
     PAIRED = 1
     """``fp4_decode.paired_x``'s: ``[A, M, spans * 128]``."""
     WGMMA_PACKED = 2
-    """``fp4_wgmma.mma_order_x``'s for a ``Packing.DECODE`` weight (pairs of consecutive elements)."""
-    PAIRED_PACKED = 3
-    """``fp4_decode.paired_x``'s for a ``Packing.DECODE`` weight: the chunks moved, each in order."""
+    """``fp4_wgmma.mma_order_x``'s for a ``Packing.DECODE`` weight (pairs of consecutive elements,
+    words transposed in whole spans)."""
 
 
 def _name(layout: Layout) -> str:

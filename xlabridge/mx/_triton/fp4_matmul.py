@@ -226,6 +226,12 @@ def _launch(config: Config, x, data, scale, ids, bias, y, packing: Packing = Pac
     return y
 
 
+def _without_x_order(config: Config) -> Config:
+    if isinstance(config.decode, fp4_decode.Config) and config.decode.x_paired:
+        return dataclasses.replace(config, decode=dataclasses.replace(config.decode, x_paired=False))
+    return config
+
+
 def _candidates(x: torch.Tensor, packing: Packing = Packing.SPEC) -> list[Config]:
     """What the tuning times for ``x`` (``[..., M, K]``): its row tile's configs for its dtype, and
     the CUDA decode kernel's for its token tiles where it runs (bfloat16, up to 64 rows, Hopper); for
@@ -237,6 +243,8 @@ def _candidates(x: torch.Tensor, packing: Packing = Packing.SPEC) -> list[Config
     if x.dtype == torch.bfloat16 and m <= fp4_decode.MAX_ROWS and fp4_decode.available(x.device):
         packed = packing is Packing.DECODE
         decode = [c for c in DECODE[decode_tiles(m)] if kernel_of(c.decode).available(x.device)]
+        if packed:  # x_paired's order is what a DECODE weight's kernel reads of x as it is
+            decode = list(dict.fromkeys(_without_x_order(c) for c in decode))
         out = ([DEQUANTIZE] if packed else out) + decode
     return out
 
