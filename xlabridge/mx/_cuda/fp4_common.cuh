@@ -128,8 +128,9 @@ __device__ __forceinline__ void word_factors(u32 s, int q, u32& f1, u32& f2) {
     if (TWO) {
         scale_factors<true>((s >> (8 * q)) & 0xFFu, f1, f2);
     } else {
-        // byte q in both halves, then 2^(s-1) as above: three operations
-        f1 = (permute(s, 0u, 0x4040u | (u32)q | ((u32)q << 8)) + 0x007E007Eu) << 7;
+        // 2^(s-1) as above from byte q of s + 126 (all bytes at once, no carries: each at most 128)
+        // put in both halves: two operations a word, one a span
+        f1 = permute(s + 0x7E7E7E7Eu, 0u, 0x4040u | (u32)q | ((u32)q << 8)) << 7;
         f2 = 0u;
     }
 #else
