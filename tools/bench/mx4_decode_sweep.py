@@ -40,18 +40,21 @@ WARPS = ((1, 4), (1, 8), (1, 16), (2, 4))
 """(wn, wk): warps along N sharing x through L1, and splitting K."""
 
 
-def decode_configs(nt: int, x_early: tuple[bool | None, ...] = (None,)) -> list[fp4_decode.Config]:
+def decode_configs(nt: int, x_early: tuple[bool | None, ...] = (None,),
+                   budgets: tuple[int, ...] = ()) -> list[fp4_decode.Config]:
     """The register path's shapes: row tiles a warp (four from 16 tokens), spans a step (four from
     32 tokens) or the next step's loads first; the ring's depths, with ``x`` through the ring or
     through L1 (through L1 only from 32 tokens); each with the register budget cut for more CTAs per
-    SM too; from 16 tokens, ``x`` paired by the host (one span a step); up to 16 tokens, the register
+    SM too (a full SM's threads, and each of ``budgets`` CTAs per SM that fits: the register path's);
+    from 16 tokens, ``x`` paired by the host (one span a step); up to 16 tokens, the register
     path's ``x`` loaded with the weight or through L1 as each of ``x_early`` says (``Config.x_early``)."""
     out = []
     steps = ((1, False), (2, False), (1, True)) + (((4, False),) if nt >= 4 else ())
     for rt, (wn, wk), (spans, double) in itertools.product((1, 2, 4) if nt >= 2 else (1, 2), WARPS, steps):
         if rt == 4 and wk == 16:
             continue
-        for blocks in sorted({1, 1024 // (wn * wk * 32)}):
+        full = 1024 // (wn * wk * 32)
+        for blocks in sorted({1, full, *(b for b in budgets if b < 2 * full)}):
             for paired in ((False, True) if nt >= 2 and spans == 1 else (False,)):
                 for early in (x_early if nt <= 2 else (None,)):
                     out.append(fp4_decode.Config(rt, wn, wk, spans, double, 0, False, paired, blocks, early))
@@ -147,6 +150,8 @@ def main() -> None:
                         "as the arithmetic reaches it (late), or both")
     parser.add_argument("--packing", default="spec", choices=("spec", "decode", "both"),
                         help="the weight's layout: the spec's, Packing.DECODE, or each configuration with both")
+    parser.add_argument("--budgets", default="", help="CTAs per SM to cut the register path's budget for, besides "
+                        "none and a full SM's threads (2,3,4: each that fits)")
     parser.add_argument("--every", type=int, default=1, help="time every n-th configuration only (a quick check)")
     parser.add_argument("--seconds", type=float, default=480, help="stop timing new cases after this long")
     args = parser.parse_args()
@@ -165,7 +170,8 @@ def main() -> None:
     # a DECODE weight's kernels for both scale alignments of these shapes (K / 32 a multiple of 4, or of 2)
     jobs = [(c, nt, 0, ids, packing, align) for nt in nts for packing in packings
             for align in ((4, 2) if packing is Packing.DECODE else (1,))
-            for c in ((decode_configs(nt, {"auto": (None,), "late": (False,), "both": (None, False)}[args.x_early])
+            for c in ((decode_configs(nt, {"auto": (None,), "late": (False,), "both": (None, False)}[args.x_early],
+                                      tuple(int(b) for b in args.budgets.split(",") if b))
                        if "decode" in kernels else [])[::args.every]
                       + (wgmma_configs(nt, tuple(int(g) for g in args.groups.split(",")),
                                        tuple(fp4_wgmma.Sums(w) for w in args.sums.split(",")))
