@@ -55,8 +55,8 @@ CUDA, one Mosaic kernel on TPU, one XLA computation elsewhere on XLA, eager torc
 
 ``Packing`` names how an ``MXFP4Tensor``'s data bits hold its elements: ``Packing.SPEC``, the
 layout above (checkpoints', ``to_mxfp4``'s), or ``Packing.DECODE``, each 32-bit word's bits
-permuted into the order that the CUDA decode kernels (Hopper and newer, 1 to 64 tokens) read with
-fewer integer operations. ``w.repack("decode")`` and ``MXFP4Linear.repack("decode")`` change it;
+and each span of 128 elements' words moved to where the CUDA decode kernels (Hopper and newer, 1
+to 64 tokens) read them with fewer integer operations and ``x`` as it lies in memory. ``w.repack("decode")`` and ``MXFP4Linear.repack("decode")`` change it;
 every other path repacks to ``SPEC`` on each call, and ``to_checkpoint`` writes ``SPEC``.
 """
 

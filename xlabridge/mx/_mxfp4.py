@@ -48,11 +48,11 @@ class MXFP4Tensor:
 
     ``packing`` says how ``data``'s bits hold the elements. ``Packing.SPEC`` (the default) is the
     layout above: checkpoints' and ``to_mxfp4``'s. ``Packing.DECODE`` (``repack("decode")``) keeps
-    every element in the same 32-bit word of its row (eight elements a word, the same bytes and
-    scales) and permutes only the word's bits, into the order in which the CUDA decode kernels
-    (Hopper and newer, bfloat16 ``x`` of 1 to 64 tokens) decode it with fewer integer operations
-    and take ``x`` as it lies in memory, without permutes: for a weight that CUDA decode reads many
-    times. Where nothing reads it as such (TPU, other XLA devices, CPU, ``dequantize``,
+    every element in its row's span of 128 (the same scales) and moves it to where the CUDA decode
+    kernels (Hopper and newer, bfloat16 ``x`` of 1 to 64 tokens) read it: each 32-bit word's bits
+    in the order they decode with fewer integer operations, the span's words in the order in which
+    those kernels take ``x`` as it lies in memory, without permutes (``_fp4_packing``): for a weight
+    that CUDA decode reads many times. Where nothing reads it as such (TPU, other XLA devices, CPU, ``dequantize``,
     ``to_checkpoint``; on CUDA, calls the decode kernels do not take) a ``DECODE`` tensor is
     repacked to ``SPEC`` on each call, one more pass over the weight; off CUDA its results are its
     ``SPEC`` twin's bit for bit.

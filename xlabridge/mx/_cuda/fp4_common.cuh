@@ -5,8 +5,10 @@
 // span); within a block, 32-bit word q holds elements 8q .. 8q+7 (element 2i in the low nibble
 // of byte i), and `decode` turns nibble k of both 16-bit halves of a word into one bfloat16 pair
 // P(q, k) = (e[8q+k], e[8q+4+k]) (PACKING 1, the weight repacked offline: (e[8q+2k], e[8q+2k+1]),
-// x's own pairs). An MMA's K chunk 2q+h (16 elements) takes P(q, 2h) as its A register for
-// k = 2t, 2t+1 and P(q, 2h+1) for k = 2t+8, 2t+9: x must be paired the same way.
+// x's own pairs; and in a whole span, thread t's 16 bytes hold elements 32q + 8t .. 32q + 8t + 7 of
+// the span as its word q, so that its word q has the scale byte of block q). An MMA's K chunk 2q+h
+// (16 elements) takes P(q, 2h) as its A register for k = 2t, 2t+1 and P(q, 2h+1) for k = 2t+8,
+// 2t+9: x must be paired the same way.
 //
 // Decoding: nibble k of both halves, masked, times 0x1040 (0x104 for odd k) is two shifted copies
 // of it that do not overlap; 0x81C0 keeps the exponent and mantissa bits of one copy and the sign
