@@ -1034,6 +1034,19 @@ BENCHMARKS = (
               "The weight repacked for the decoder (`Packing.DECODE`)",
               "The tuning's candidates on a spec-layout weight and on its repacked twin, the decoder's integer "
               "operations and x's permutes the difference.", _mx4_packing),
+    Benchmark("mx4_decode_budgets_h100.json",
+              "tools/bench/mx4_decode_sweep.py --kernels decode --packing decode --tokens 1,8,16 --x-early both "
+              "--budgets 2,3,4,5,6",
+              "The decode kernel on a packed weight, its register budget cut",
+              "Every configuration on `Packing.DECODE` weights, whose span words are transposed so that x is read "
+              "as it lies in memory, with the register budget cut for 2 to 6 CTAs per SM too: the candidates "
+              "added for 1 to 16 tokens come from it.", _mx4_decode_sweep),
+    Benchmark("mx4_wgmma_packed_h100.json",
+              "tools/bench/mx4_decode_sweep.py --kernels wgmma,candidates --packing decode --tokens 32,64 "
+              "--sums global,cluster",
+              "Both kernels on gpt-oss's packed projections at 32 and 64 tokens",
+              "Every warpgroup configuration and the tuning's candidates on `Packing.DECODE` weights of gpt-oss's "
+              "two projections, where the 64-token column is short of bf16.", _mx4_decode_sweep),
     Benchmark("mx4_wgmma_cluster_h200.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma --tokens 16,32,64",
               "x shared by a cluster of CTAs: not kept",
               "The warpgroup kernel with x multicast to a thread block cluster of 2 or 4 row tiles, so that each span "

@@ -93,10 +93,13 @@ def _decode(*configs: fp4_decode.Config | fp4_wgmma.Config) -> tuple[Config, ...
 _D, _W, _PAIRS, _C = fp4_decode.Config, fp4_wgmma.Config, fp4_wgmma.Pipeline.PAIRS, fp4_wgmma.Sums.CLUSTER
 DECODE: dict[int, tuple[Config, ...]] = {
     1: _decode(_D(1, 1, 8, 1, min_blocks=4), _D(1, 1, 16, 1, min_blocks=2), _D(2, 1, 4, 1, True), _D(2, 1, 4, 1),
-               _D(2, 2, 4, 1, True), _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False)),
+               _D(2, 2, 4, 1, True), _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False),
+               _D(1, 1, 8, 1), _D(1, 1, 4, 1), _D(1, 1, 4, 2, x_early=False),
+               _D(1, 1, 8, 1, True, min_blocks=4, x_early=False)),
     2: _decode(_D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 16, 1), _D(2, 1, 4, 1, x_paired=True),
                _D(2, 1, 8, 1, True), _D(2, 1, 8, 1), _W(2, 4, 1, 2), _D(1, 1, 4, 1, True, x_paired=True, x_early=False),
-               _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False)),
+               _D(2, 1, 4, 1, True, x_early=False), _D(1, 1, 8, 1, True, x_early=False),
+               _D(2, 1, 4, 1, min_blocks=3), _D(1, 1, 8, 1, min_blocks=3, x_early=False)),
     4: _decode(_W(2, 4, 1, 1, _PAIRS, 2), _D(2, 1, 8, 1, True), _D(1, 1, 4, 1, True, x_paired=True), _D(2, 1, 8, 4),
                _W(1, 8, 2, 2, _PAIRS, 3), _D(4, 1, 4, 1), _W(1, 8, 2, 1, sums=_C), _W(2, 4, 1, 2, sums=_C),
                _W(2, 4, 1, 2, _PAIRS, 3)),
@@ -107,7 +110,8 @@ DECODE: dict[int, tuple[Config, ...]] = {
 """The CUDA decode kernels' candidates per number of 8-row token tiles, rounded up to a key here
 (3 takes 4's, 5 to 7 take 8's): the fewest configurations that come near the fastest on every shape
 of ``tools/bench/mx4_decode_sweep.py``'s sweeps (``fp4_decode``'s; from 17 tokens ``fp4_wgmma``'s
-too, on Hopper alone), for a weight in either packing."""
+too, on Hopper alone), for a weight in either packing (``x_paired`` ones read a ``Packing.DECODE``
+weight's ``x`` as it is: ``_without_x_order``)."""
 
 DEFAULT = Config("triton", 64, 256, 4, 2, 2)
 INTERPRET = Config("triton", 16, 128, 4, 1, 1, 0)
