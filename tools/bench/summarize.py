@@ -968,6 +968,11 @@ BENCHMARKS = (
               "The benchmark one build before `Packing.DECODE`, on the weights as cast (the spec's layout), the "
               "decoder's thirteen integer operations a word and x's byte permutes or reordering launch included.",
               _mx4_linear),
+    Benchmark("mx4_linear_bits_only_h100.json", "tools/bench/mx4_linear.py",
+              "The same benchmark with only each word's bits packed",
+              "The benchmark one build before `Packing.DECODE` also transposed each span's words: a packed "
+              "weight's decoder pairs were x's own, but a quad of threads still read x in four 16-byte pieces "
+              "64 bytes apart, or after a launch that reordered it.", _mx4_linear),
     Benchmark("mx4_linear_h200.json", "tools/bench/mx4_linear.py", "The fused MXFP4 linear on an H200",
               "The same benchmark on the H200 the device machine lent: both CUDA kernels launched to overlap the "
               "kernel before them, x ordered by a launch of its own, the candidates from the H200 sweeps.", _mx4_linear),
