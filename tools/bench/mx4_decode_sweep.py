@@ -10,8 +10,9 @@ spilled bytes and CTAs an SM holds at once (``resident``: past that many a SM, a
 ``mx_cast.gpu_time``'s (CUDA-graph replays over weights rotated past L2), as ``mx4_linear.py``'s.
 Per shape and token count: bf16's time, every configuration's time, registers, spill bytes, residency and
 whether its result is within the error bound, and the fastest within it. ``--packing``: the weight in
-the spec's layout, repacked (``Packing.DECODE``: its own build of each kernel; configurations that
-``x_paired`` moving each span's chunks alone), or both, each configuration's entry saying which.
+the spec's layout, repacked (``Packing.DECODE``: its own build of each kernel, for the scale rows'
+alignment of each shape; ``x_paired`` configurations timed as their twins without the copy, since
+that kernel reads ``x`` in those runs as it lies), or both, each configuration's entry saying which.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ class Config:
     issued before this step's arithmetic). ``x_paired``: ``x`` is first copied (``paired_x``) with
     each 8 elements in the order the MMA pairs them and each span's chunks in the order its loads
     take them (one or two more launches; no byte permutes, half the L1 wavefronts per load of
-    ``x``). ``min_blocks``: CTAs per SM the register budget is cut for (``__launch_bounds__``).
+    ``x``): the spec layout's, as a ``Packing.DECODE`` weight's kernel reads ``x`` in such runs as
+    it lies in memory (refused there). ``min_blocks``: CTAs per SM the register budget is cut for (``__launch_bounds__``).
     ``x_early`` (registers path): ``x``'s words of a span loaded with the weight's, into registers
     (``double``: two spans' worth), or not (read through L1 as the arithmetic reaches them); None:
     early up to two token tiles, where they take the fewest registers."""
