@@ -181,9 +181,12 @@ def main() -> None:
             if not isinstance(c, fp4_wgmma.Config) or fp4_wgmma.available(dev)
             for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]
     # x_paired's order is what a DECODE weight's kernel reads of x as it is: its twin without the copy
-    jobs = list(dict.fromkeys(
-        (dataclasses.replace(c, x_paired=False), *rest) if packing is Packing.DECODE and getattr(c, "x_paired", False)
-        else (c, *rest) for c, *rest in jobs for packing in [rest[3]]))
+    twins = []
+    for config, *rest in jobs:
+        if rest[3] is Packing.DECODE and getattr(config, "x_paired", False):
+            config = dataclasses.replace(config, x_paired=False)
+        twins.append((config, *rest))
+    jobs = list(dict.fromkeys(twins))
     built = build(jobs, capability)
     results = {"commit": os.environ.get("XLABRIDGE_COMMIT"), "command": " ".join(sys.argv), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "compile_seconds": time.time() - started, "kernels": len(built), "rows": []}

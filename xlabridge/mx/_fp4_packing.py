@@ -115,25 +115,26 @@ def repack(data: torch.Tensor, to: Packing | str, frm: Packing | str) -> torch.T
     moves = _moves(to)
     rows = data.reshape(-1, 4)  # a word a row
     if rows.shape[0] <= _CHUNK_WORDS:
-        return _transposed_spans(_repacked_words(rows, moves).reshape(data.shape))
+        return transposed_spans(_repacked_words(rows, moves).reshape(data.shape))
     out = torch.empty_like(rows)
     for start in range(0, rows.shape[0], _CHUNK_WORDS):  # int64 words: bounded memory
         out[start:start + _CHUNK_WORDS] = _repacked_words(rows[start:start + _CHUNK_WORDS], moves)
-    return _transposed_spans(out.reshape(data.shape))
+    return transposed_spans(out.reshape(data.shape))
 
 
 SPAN_BYTES = 64
 """A span of 128 elements: four blocks of 32, four 32-bit words each."""
 
 
-def _transposed_spans(data: torch.Tensor) -> torch.Tensor:
-    """``data`` (``[..., K/2]`` bytes) with the words of each whole span of each row transposed, word
-    ``4 t + q`` to ``4 q + t`` (its own inverse); the bytes of a last partial span where they were."""
-    whole = data.shape[-1] // SPAN_BYTES
+def transposed_spans(data: torch.Tensor, span: int = SPAN_BYTES) -> torch.Tensor:
+    """``data`` (``[..., L]``) with each whole ``span`` of its last dimension seen as 4 x 4 groups
+    and transposed, group ``4 t + q`` to ``4 q + t`` (its own inverse); a last partial span where it
+    was. ``span=SPAN_BYTES``: a ``Packing.DECODE`` row's words; 128: ``x``'s elements in the same order."""
+    whole = data.shape[-1] // span
     if not whole:
         return data
-    lead, cut = data.shape[:-1], whole * SPAN_BYTES
-    spans = data[..., :cut].reshape(*lead, whole, 4, 4, 4).transpose(-3, -2).reshape(*lead, cut)
+    lead, cut = data.shape[:-1], whole * span
+    spans = data[..., :cut].reshape(*lead, whole, 4, 4, span // 16).transpose(-3, -2).reshape(*lead, cut)
     return spans if cut == data.shape[-1] else torch.cat([spans, data[..., cut:]], dim=-1)
 
 

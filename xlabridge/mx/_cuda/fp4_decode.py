@@ -149,11 +149,16 @@ def scale_alignment(scale: torch.Tensor, packing: Packing = Packing.DECODE) -> i
     return 1
 
 
+def check_align(packing: Packing, align: int, kernel: str = "fp4_decode") -> None:
+    """Either kernel's ``align`` argument: 4, 2 or 1 for a ``Packing.DECODE`` weight, 1 for the spec's."""
+    if align not in (1, 2, 4) or (align != 1 and packing is not Packing.DECODE):
+        raise ValueError(f"{kernel}: align must be 4, 2 or 1 (1 for the spec layout), got {align!r}")
+
+
 def _check_packing(config: Config, packing: Packing, align: int) -> None:
     if config.x_paired and packing is Packing.DECODE:
         raise ValueError("fp4_decode: x_paired is for the spec layout; a Packing.DECODE weight's kernel takes x as it is")
-    if align not in (1, 2, 4) or (align != 1 and packing is not Packing.DECODE):
-        raise ValueError(f"fp4_decode: align must be 4, 2 or 1 (1 for the spec layout), got {align!r}")
+    check_align(packing, align)
 
 
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe: int = 0,

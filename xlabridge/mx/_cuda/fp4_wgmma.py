@@ -21,7 +21,7 @@ import torch
 
 from xlabridge.mx._cuda import COMMON, _runtime, fp4_decode, x_order
 from xlabridge.mx._cuda._counts import arrival_counts
-from xlabridge.mx._fp4_packing import Packing
+from xlabridge.mx._fp4_packing import Packing, transposed_spans
 
 SOURCE = Path(__file__).with_name("fp4_wgmma.cu")
 SHARED_BYTES = 226 * 1024
@@ -159,8 +159,7 @@ def source(nt: int) -> str:
 
 def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, trace: bool,
              packing: Packing = Packing.SPEC, align: int = 1) -> list[str]:
-    if align not in (1, 2, 4) or (align != 1 and packing is not Packing.DECODE):
-        raise ValueError(f"fp4_wgmma: align must be 4, 2 or 1 (1 for the spec layout), got {align!r}")
+    fp4_decode.check_align(packing, align, "fp4_wgmma")
     macros = {"PACKING": int(packing is Packing.DECODE), "SCALE_ALIGN": align, "NT": nt, "WG": config.wg, "S": config.stages, "SLOTS": config.slots, "MINB": config.min_blocks,
               "PAIRS": int(config.pipeline is Pipeline.PAIRS), "HAS_BIAS": bias, "HAS_IDS": int(has_ids),
               "PREFETCH": fp4_decode.PREFETCH_SPANS, "G": config.group, "CLUSTER": int(config.sums is Sums.CLUSTER),
@@ -279,10 +278,9 @@ def mma_order_x(x: torch.Tensor, nt: int, packing: Packing = Packing.SPEC) -> to
     spans = -(-K // 128)
     if K % 128:
         x = torch.nn.functional.pad(x, (0, spans * 128 - K))
-    if packed and K >= 128:  # whole spans' 8-element groups (q, t) to (t, q): then as the tail span
-        whole = K // 128
-        head = x[..., :128 * whole].reshape(A, M, whole, 4, 4, 8).transpose(3, 4).reshape(A, M, 128 * whole)
-        x = torch.cat([head, x[..., 128 * whole:]], dim=-1)
+    if packed:  # whole spans' 8-element groups (q, t) to (t, q), as the weight's words: then as the tail span
+        whole = K // 128 * 128
+        x = torch.cat([transposed_spans(x[..., :whole], 128), x[..., whole:]], dim=-1)
     if M == 8 * nt:  # one copy
         if packed:  # [A, ng, r, span, t, q, h, d, j] -> [A, span, q, h, d, ng, r, t, j]
             order = x.view(A, nt, 8, spans, 4, 4, 2, 2, 2).permute(0, 3, 5, 6, 7, 1, 2, 4, 8)
