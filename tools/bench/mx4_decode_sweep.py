@@ -37,6 +37,8 @@ from xlabridge.mx._cuda import fp4_decode, fp4_wgmma  # noqa: E402
 from xlabridge.mx._fp4_packing import Packing, repack  # noqa: E402
 
 KERNELS = ("decode", "wgmma")
+"""The default ``--kernels``; ``slice`` (the register path with ``x``'s slice in shared memory) and
+``candidates`` (``fp4_matmul.DECODE``'s) are asked for by name."""
 WARPS = ((1, 4), (1, 8), (1, 16), (2, 4))
 """(wn, wk): warps along N sharing x through L1, and splitting K."""
 
@@ -62,6 +64,17 @@ def decode_configs(nt: int, x_early: tuple[bool | None, ...] = (None,),
     for rt, (wn, wk), stages, x_async in itertools.product((1, 2), WARPS, (4, 6, 8), (False, True) if nt <= 2 else (False,)):
         for blocks in sorted({1, 1024 // (wn * wk * 32)}):
             out.append(fp4_decode.Config(rt, wn, wk, 1, False, stages, x_async, False, blocks))
+    return [c for c in out if c.fits(nt)]
+
+
+def slice_configs(nt: int) -> list[fp4_decode.Config]:
+    """The register path with ``x``'s slice in shared memory (``Config.x_spans``): one or two row
+    tiles a warp, warps along N (sharing the slice) and along K, a span a step or the next step's
+    loads first, slices of 4 to 16 spans (``K`` split across CTAs to match)."""
+    out = []
+    for rt, (wn, wk), double, x_spans in itertools.product(
+            (1, 2), ((1, 4), (1, 8), (2, 2), (2, 4), (4, 1), (4, 2), (8, 1)), (False, True), (4, 8, 16)):
+        out.append(fp4_decode.Config(rt, wn, wk, 1, double, x_spans=x_spans))
     return [c for c in out if c.fits(nt)]
 
 
@@ -137,7 +150,8 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(mx4_linear.LINEARS) + ",experts")
     parser.add_argument("--tokens", default=",".join(map(str, mx4_linear.TOKENS)))
     parser.add_argument("--kernels", default=",".join(KERNELS), help="which kernels' configurations: decode, wgmma, "
-                        "or candidates (fp4_matmul.DECODE's alone)")
+                        "slice (the register path with x's slice in shared memory), or candidates "
+                        "(fp4_matmul.DECODE's alone)")
     parser.add_argument("--launch", default="dependent", choices=("dependent", "plain", "both"),
                         help="launched to overlap the previous kernel (dependent), or not, or each config both ways")
     parser.add_argument("--prefetch", type=int, default=fp4_decode.PREFETCH_SPANS,
@@ -177,7 +191,8 @@ def main() -> None:
                       + (wgmma_configs(nt, tuple(int(g) for g in args.groups.split(",")),
                                        tuple(fp4_wgmma.Sums(w) for w in args.sums.split(",")))
                          if "wgmma" in kernels else [])
-                      + (candidate_configs(nt) if "candidates" in kernels else []))
+                      + (candidate_configs(nt) if "candidates" in kernels else [])
+                      + (slice_configs(nt) if "slice" in kernels else []))
             if not isinstance(c, fp4_wgmma.Config) or fp4_wgmma.available(dev)
             for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]
     # x_paired's order is what a DECODE weight's kernel reads of x as it is: its twin without the copy

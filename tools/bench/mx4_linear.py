@@ -58,7 +58,7 @@ sys.path.insert(0, os.getcwd())
 from tools.bench.mx_cast import gpu_time  # noqa: E402
 from xlabridge import mx  # noqa: E402
 from xlabridge.mx._cuda.dispatch import kernel_of  # noqa: E402
-from xlabridge.mx._cuda import fp4_wgmma  # noqa: E402
+from xlabridge.mx._cuda import fp4_decode, fp4_wgmma  # noqa: E402
 from xlabridge.mx._triton import fp4_matmul  # noqa: E402
 
 MB = 1 << 20
@@ -265,8 +265,23 @@ def gemlite_rows(dev, copy_GBps: float, seconds: float) -> dict:
     return out
 
 
-def _warm(tasks, packing: str) -> None:
+def add_candidates(path: str | None) -> dict:
+    """The decode-kernel configurations in ``path`` (JSON ``{token tiles: [fp4_decode.Config
+    fields]}``: a sweep's finds) put first in ``fp4_matmul.DECODE``, so that the tuning times them as it
+    would once they join the table; what was added (none without ``path``)."""
+    if not path:
+        return {}
+    with open(path) as f:
+        extra = json.load(f)
+    for key, configs in extra.items():
+        added = fp4_matmul._decode(*(fp4_decode.Config(**fields) for fields in configs))
+        fp4_matmul.DECODE[int(key)] = tuple(dict.fromkeys(added + fp4_matmul.DECODE[int(key)]))
+    return extra
+
+
+def _warm(tasks, packing: str, candidates: str | None = None) -> None:
     """One call of each (shape, tokens) task: compiles what its first-call tuning times."""
+    add_candidates(candidates)
     dev = torch.device("cuda")
     for name, tokens in tasks:
         if name == "experts":
@@ -282,12 +297,12 @@ def _warm(tasks, packing: str) -> None:
     torch.cuda.synchronize()
 
 
-def precompile(names: list[str], workers: int) -> None:
+def precompile(names: list[str], workers: int, candidates: str | None = None) -> None:
     """Run every (shape, tokens) once in ``workers`` processes first: their first-call tuning
     compiles the candidates into Triton's on-disk cache, in parallel, for this process to load."""
     tasks = [(name, tokens) for name in names for tokens in TOKENS]
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        pool.starmap(_warm, [(tasks[i::workers], PACKING) for i in range(workers)])
+        pool.starmap(_warm, [(tasks[i::workers], PACKING, candidates) for i in range(workers)])
 
 
 def main() -> None:
@@ -300,18 +315,25 @@ def main() -> None:
                         help="time gemlite's 4-bit paths too, for at most this long (0: not)")
     parser.add_argument("--packing", default="decode", choices=("spec", "decode"),
                         help="the fused path's weight layout (MXFP4Tensor.repack): decode (default) or spec")
+    parser.add_argument("--candidates", metavar="FILE",
+                        help="JSON {token tiles: [fp4_decode.Config fields]}: decode-kernel configurations the "
+                        "tuning times before fp4_matmul.DECODE's (a sweep's finds, before they join the table)")
     args = parser.parse_args()
     globals()["PACKING"] = args.packing
     import triton
+
+    extra = add_candidates(args.candidates)
 
     dev = torch.device("cuda")
     started = time.time()
     results = {"commit": os.environ.get("XLABRIDGE_COMMIT"), "command": " ".join(sys.argv),
                "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                "packing": PACKING, "rows": []}
+    if extra:
+        results["added_candidates"] = extra
     wanted = args.shapes.split(",")
     if args.precompile:
-        precompile(wanted, args.precompile)
+        precompile(wanted, args.precompile, args.candidates)
         results["precompile_seconds"] = time.time() - started
     results["copy_GBps"] = copy_GBps = copy_bandwidth(dev)
     print(f"copy {copy_GBps:.0f} GB/s", flush=True)

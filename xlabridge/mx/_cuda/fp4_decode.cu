@@ -32,11 +32,20 @@
 // reads its span's four scale bytes, one factor per word. The span K ends inside is read block by
 // block, as PACKING 0 reads every span.
 //
+// XS > 0 (register path): a CTA takes XS spans of K (blockIdx.z: a split of K across CTAs), not the
+// whole of it, and first copies x's slice there (its M tokens' rows, 16-byte asynchronous copies by all
+// its threads) into shared memory, where all its warps read it: x then comes from L2 once per CTA of
+// 16 RT WN rows, where each CTA (each warp along K) reading it through L1 fetches it again from L2 when
+// it is not resident there. A row of the slice is XS * 256 + 64 bytes long, so that the quad pairs of
+// two tokens a load reads fall on different banks. The CTAs of a row tile's splits write their float32
+// sums (split_sums[a][tile][z][thread order]) and count themselves in at locks[a][tile]; the last adds
+// them in split order (the result does not depend on timing), writes y and sets the count back to zero.
+//
 // PROBE (benchmarks only, register path): 1 loads without the arithmetic, 2 the arithmetic without
 // the loads; 0 otherwise.
 //
 // Configuration macros (set by the host): NT, RT, WN, WK, U, DB, X_EARLY, ASYNC, S, X_ASYNC,
-// X_PAIRED, PACKING, PROBE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
+// X_PAIRED, PACKING, XS, PROBE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
 // 2 float32), HAS_IDS, KERNEL.
 
 // Elements between a thread's chunk q and q + 1 of x in a span, and between threads t and t + 1.
@@ -45,6 +54,14 @@
 #if X_PAIRED && PACKING
 #error "X_PAIRED is for the spec layout: a PACKING 1 weight takes x as it is"
 #endif
+#ifndef XS
+#define XS 0
+#endif
+#if XS && (ASYNC || X_EARLY)
+#error "XS is the register path's, with x read from the shared slice as the arithmetic reaches it"
+#endif
+// Bytes of a token's row of the shared slice of x.
+#define XS_ROW (XS * 256 + 64)
 
 // Elements from a thread's place in x's span (X_T t) to its chunk q; in the span K ends inside
 // (`tail`), a PACKING 1 thread reads its own block, 32t + 8q, as the weight's words there are.
@@ -145,10 +162,24 @@ struct SpanX {
     }
 };
 
+// ... from the CTA's slice in shared memory (XS): this thread's elements of each token's row at
+// shared address `p`, as SpanX.
+struct SliceX {
+    const u32 (&p)[NT];
+    bool ok, tail;
+    int t;
+    __device__ __forceinline__ void operator()(int j, int q, u32 (&v)[4]) const {
+        if (ok)
+            load_shared(p[j] + 2 * x_chunk(q, t, tail), v);
+        else
+            v[0] = v[1] = v[2] = v[3] = 0u;
+    }
+};
+
 extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     const u16* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ sc, const void* __restrict__ bias,
-    const int* __restrict__ ids, u16* __restrict__ y, int M, int N, int K, int sxa, int sxm, int swe, int swn,
-    int sse, int ssn, int sya, int sym, int sbe) {
+    const int* __restrict__ ids, u16* __restrict__ y, float* __restrict__ split_sums, int* __restrict__ locks, int M,
+    int N, int K, int sxa, int sxm, int swe, int swn, int sse, int ssn, int sya, int sym, int sbe) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int wn = warp % WN, wk = warp / WN;
@@ -156,9 +187,14 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     const int blocks = K >> 5;
     const int spans = (blocks + 3) >> 2;
     const int n0 = blockIdx.x * (16 * RT * WN) + wn * (16 * RT);
-    // Warp wk takes a contiguous range of spans.
-    const int per = (spans + WK - 1) / WK;
-    const int first = min(wk * per, spans), last = min(first + per, spans);
+    // The CTA takes spans [c0, c1) (XS: its split's; else all), warp wk a contiguous range of them.
+#if XS
+    const int c0 = min((int)blockIdx.z * XS, spans), c1 = min(c0 + XS, spans);
+#else
+    const int c0 = 0, c1 = spans;
+#endif
+    const int per = (c1 - c0 + WK - 1) / WK;
+    const int first = min(c0 + wk * per, c1), last = min(first + per, c1);
     if (!HAS_IDS && t == 0) {  // the expert's id is another kernel's output
 #pragma unroll
         for (int r = 0; r < RT; ++r)
@@ -198,12 +234,41 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
             sp[r][h] = sc + e * sse + n * ssn + 4 * first + SCALE_T * t;
         }
     }
+#if XS
+    // The slice: each token's elements of spans [c0, c1) (up to K) in a row of XS_ROW bytes; the
+    // copies are waited for (and the CTA synchronized) before the first span's arithmetic.
+    extern __shared__ uint4 slice[];
+    const u32 slice_base = shared_address(slice);
+    {
+        const int chunks = (min(128 * c1, K) - 128 * c0) >> 3;  // 16-byte pieces of a token's row
+        for (int m = 0; m < M; ++m)
+            for (int c = threadIdx.x; c < chunks; c += WN * WK * 32)
+                copy_weight(slice_base + m * XS_ROW + 16 * c, xa + (i64)m * sxm + 128 * c0 + 8 * c, 16u);
+        copies_commit();
+    }
+    u32 xs[NT];  // shared address of x's block for the next span to read, token 8j + g
+#pragma unroll
+    for (int j = 0; j < NT; ++j) xs[j] = slice_base + min(8 * j + g, M - 1) * XS_ROW + 256 * (first - c0) + 2 * X_T * t;
+    auto slice_ready = [&]() {
+        copies_wait<0>();
+        __syncthreads();
+    };
+    auto span_with_x = [&](const u32 (&wv)[RT][2][4], const u32 (&sv)[RT][2], int at) {
+        if (at < whole)
+            one_span(acc, wv, sv, SliceX{xs, true, false, t});
+        else
+            one_span(acc, wv, sv, SliceX{xs, 4 * at + t < blocks, true, t});
+#pragma unroll
+        for (int j = 0; j < NT; ++j) xs[j] += 256;
+    };
+#else
+    auto slice_ready = [&]() {};
     const u16* xp[NT];  // x's block for the next span to read (or copy), token 8j + g
 #pragma unroll
     for (int j = 0; j < NT; ++j) xp[j] = xa + (i64)min(8 * j + g, M - 1) * sxm + 128 * first + X_T * t;
     // Span `at`'s arithmetic with x's words read from global memory at xp (zeros past K), then xp
     // moved on; the test for K's last span is out of the unchecked copy, as in the loads.
-    auto span_with_global_x = [&](const u32 (&wv)[RT][2][4], const u32 (&sv)[RT][2], int at) {
+    auto span_with_x = [&](const u32 (&wv)[RT][2][4], const u32 (&sv)[RT][2], int at) {
         if (at < whole)
             one_span(acc, wv, sv, SpanX{xp, true, false, t});
         else
@@ -211,6 +276,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #pragma unroll
         for (int j = 0; j < NT; ++j) xp[j] += 128;
     };
+#endif
 
 #if ASYNC
     // Each warp streams its spans through its own ring of S stages in shared memory: S - 1 spans
@@ -264,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #if X_ASYNC
             one_span(acc, words, scales[stage], SharedX{base + (stage * SLOT + RT * 2 * 32) * 16});
 #else
-            span_with_global_x(words, scales[stage], at);
+            span_with_x(words, scales[stage], at);
 #endif
         }
     };
@@ -351,7 +417,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #elif X_EARLY
                 one_span(acc, wv[u], sv[u], RegisterX{xv[u]});
 #else
-                span_with_global_x(wv[u], sv[u], span + u);
+                span_with_x(wv[u], sv[u], span + u);
 #endif
             }
         }
@@ -360,6 +426,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #if DB
     u32 wb[U][RT][2][4], sb[U][RT][2], xb_[XU][XJ][4][4];
     if (first < last) load(wa, sa, xa_, first);
+    slice_ready();
     for (int span = first; span < last; span += 2 * U) {
         if (span + U < last) load(wb, sb, xb_, span + U);
         math(wa, sa, xa_, span);
@@ -367,6 +434,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
         if (span + U < last) math(wb, sb, xb_, span + U);
     }
 #else
+    slice_ready();
     for (int span = first; span < last; span += U) {
         load(wa, sa, xa_, span);
         math(wa, sa, xa_, span);
@@ -396,6 +464,49 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
             for (int j = 0; j < NT; ++j)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) acc[r][j][i] += partial[p][wn][r][j][i][lane];
+#endif
+
+#if XS
+    if (gridDim.z > 1) {
+        // This CTA's sums (the WN warps left), then the last of the tile's splits adds them all.
+        constexpr int SUMS = WN * RT * NT * 32;  // float4s a split of a tile
+        float4* tile = (float4*)split_sums + ((i64)a * gridDim.x + blockIdx.x) * gridDim.z * SUMS + threadIdx.x;
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+                __stcg(tile + blockIdx.z * SUMS + (r * NT + j) * (WN * 32),
+                       make_float4(acc[r][j][0], acc[r][j][1], acc[r][j][2], acc[r][j][3]));
+        __threadfence();
+        __shared__ int is_last;
+        asm volatile("bar.sync 1, %0;" ::"n"(WN * 32) : "memory");  // the warps along K past the first have left
+        if (threadIdx.x == 0) {
+            int* count = locks + a * gridDim.x + blockIdx.x;
+            is_last = atomicAdd(count, 1) == (int)gridDim.z - 1;
+            if (is_last) *count = 0;
+        }
+        asm volatile("bar.sync 1, %0;" ::"n"(WN * 32) : "memory");
+        if (!is_last) return;
+        __threadfence();
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[r][j][i] = 0.0f;
+        for (int p = 0; p < (int)gridDim.z; ++p) {
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    const float4 v = __ldcg(tile + p * SUMS + (r * NT + j) * (WN * 32));
+                    acc[r][j][0] += v.x;
+                    acc[r][j][1] += v.y;
+                    acc[r][j][2] += v.z;
+                    acc[r][j][3] += v.w;
+                }
+        }
+    }
 #endif
 
     u16* ya = y + (i64)a * sya;

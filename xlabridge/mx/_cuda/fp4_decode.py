@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from xlabridge.mx._cuda import COMMON, _runtime, x_order
+from xlabridge.mx._cuda import COMMON, _counts, _runtime, x_order
 from xlabridge.mx._fp4_packing import Packing
 
 SOURCE = Path(__file__).with_name("fp4_decode.cu")
@@ -43,7 +43,10 @@ class Config:
     it lies in memory (refused there). ``min_blocks``: CTAs per SM the register budget is cut for (``__launch_bounds__``).
     ``x_early`` (registers path): ``x``'s words of a span loaded with the weight's, into registers
     (``double``: two spans' worth), or not (read through L1 as the arithmetic reaches them); None:
-    early up to two token tiles, where they take the fewest registers."""
+    early up to two token tiles, where they take the fewest registers (never with ``x_spans``).
+    ``x_spans`` (registers path): 0, each CTA takes the whole of ``K``; n > 0, each takes n spans of
+    it (the launch splits ``K`` across CTAs, ``splits``), copies ``x``'s slice there into shared memory
+    once for all its warps, and the splits of a row tile add their float32 sums in split order."""
 
     rt: int = 1
     wn: int = 1
@@ -55,8 +58,15 @@ class Config:
     x_paired: bool = False
     min_blocks: int = 1
     x_early: bool | None = None
+    x_spans: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.x_spans, int) or self.x_spans < 0:
+            raise ValueError(f"fp4_decode.Config: x_spans must be an int >= 0, got {self.x_spans!r}")
+        if self.x_spans and (self.stages or self.x_early or self.x_paired):
+            raise ValueError(f"fp4_decode.Config: x_spans (x's slice in shared memory) is the registers path's "
+                             f"(stages=0), with x_early and x_paired off; got stages={self.stages}, "
+                             f"x_early={self.x_early!r}, x_paired={self.x_paired!r}")
         for name in ("rt", "wn", "wk", "spans", "min_blocks"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -88,9 +98,23 @@ class Config:
         """The stages' shared memory (dynamic), for all the CTA's warps."""
         return self.wn * self.wk * self.stages * (self.rt * 2 + (nt * 4 if self.x_async else 0)) * 32 * 16
 
+    def slice_bytes(self, nt: int) -> int:
+        """``x``'s slice in shared memory (dynamic; ``x_spans``): a row of ``x_spans`` spans and 64
+        bytes (which put two tokens' loads on different banks) for each of ``8 nt`` tokens."""
+        return 8 * nt * (self.x_spans * 256 + 64) if self.x_spans else 0
+
+    def dynamic_bytes(self, nt: int) -> int:
+        """The dynamic shared memory a launch for ``nt`` token tiles takes: the ring's or the slice's."""
+        return self.ring_bytes(nt) + self.slice_bytes(nt)
+
+    def splits(self, K: int) -> int:
+        """CTAs along ``K`` (``x_spans``; 1 without)."""
+        spans = -(-K // 128)
+        return -(-spans // self.x_spans) if self.x_spans else 1
+
     def fits(self, nt: int) -> bool:
         """Whether a CTA's shared memory fits a Hopper SM (227 KiB, static part 48 KiB)."""
-        return self.shared_bytes(nt) <= 48 * 1024 and self.shared_bytes(nt) + self.ring_bytes(nt) <= 227 * 1024
+        return self.shared_bytes(nt) <= 48 * 1024 and self.shared_bytes(nt) + self.dynamic_bytes(nt) <= 227 * 1024
 
 
 def token_tiles(m: int) -> int:
@@ -169,12 +193,15 @@ def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe
               "DB": int(config.double), "ASYNC": int(config.stages > 0), "S": max(config.stages, 2),
               "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired),
               "X_EARLY": int(x_early(config, nt)), "PROBE": probe, "MINB": config.min_blocks,
-              "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": PREFETCH_SPANS, "KERNEL": name}
+              "XS": config.x_spans, "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": PREFETCH_SPANS,
+              "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
 def x_early(config: Config, nt: int) -> bool:
     """Whether the kernel loads ``x``'s words of a span with the weight's (``Config.x_early``)."""
+    if config.x_spans:
+        return False
     return (not config.stages and nt <= 2) if config.x_early is None else config.x_early
 
 
@@ -186,7 +213,7 @@ def _name(config: Config, nt: int, bias: int, has_ids: bool, packing: Packing = 
     return (f"mxfp4_decode{_packing_name(packing, align)}_n{nt}_r{config.rt}_wn{config.wn}"
             f"_wk{config.wk}_u{config.spans}_d{int(config.double)}"
             f"_s{config.stages}_x{int(config.x_async)}{int(config.x_paired)}{int(x_early(config, nt))}"
-            f"_b{config.min_blocks}_{bias}{int(has_ids)}")
+            f"_b{config.min_blocks}{f'_xs{config.x_spans}' if config.x_spans else ''}_{bias}{int(has_ids)}")
 
 
 def source() -> str:
@@ -211,7 +238,7 @@ def load(code: bytes, config: Config, nt: int, bias: int, has_ids: bool, probe: 
          packing: Packing = Packing.SPEC, align: int = 1) -> _runtime.Kernel:
     """``binary``'s result loaded into the current context."""
     name = _name(config, nt, bias, has_ids, Packing(packing), align) + (f"_p{probe}" if probe else "")
-    return _runtime.Kernel(code, name, config.ring_bytes(nt))
+    return _runtime.Kernel(code, name, config.dynamic_bytes(nt))
 
 
 @functools.cache
@@ -266,8 +293,15 @@ def launch_loaded(run: _runtime.Kernel, config: Config, x: torch.Tensor, data: t
     if config.x_paired:  # each span's chunks in (q, t) order, each 8 elements as the MMA pairs them
         _check_packing(config, Packing(packing), 1)
         x = paired_x(x)
-    run((-(-N // config.rows), A, 1), (config.threads, 1, 1),
-        [x, data, scale, bias, ids, y, M, N, K, x.stride(0), x.stride(1), data.stride(0), data.stride(1),
-         scale.stride(0), scale.stride(1), y.stride(0), y.stride(1), 0 if bias is None else bias.stride(0)],
-        torch.cuda.current_stream(x.device).cuda_stream, config.ring_bytes(token_tiles(M)), dependent)
+    tiles, nt, split = -(-N // config.rows), token_tiles(M), config.splits(K)
+    sums = counts = None
+    if split > 1:  # each split's float32 sums (a thread's 4 nt rt of each), and the tiles' arrival counts
+        sums = torch.empty(A * tiles * split * config.wn * 32 * config.rt * nt * 4, dtype=torch.float32,
+                           device=x.device)
+        counts = _counts.arrival_counts(x.device, A * tiles)
+    run((tiles, A, split), (config.threads, 1, 1),
+        [x, data, scale, bias, ids, y, sums, counts, M, N, K, x.stride(0), x.stride(1), data.stride(0),
+         data.stride(1), scale.stride(0), scale.stride(1), y.stride(0), y.stride(1),
+         0 if bias is None else bias.stride(0)],
+        torch.cuda.current_stream(x.device).cuda_stream, config.dynamic_bytes(nt), dependent)
     return y
