@@ -70,12 +70,16 @@ def decode_configs(nt: int, x_early: tuple[bool | None, ...] = (None,),
 def slice_configs(nt: int) -> list[fp4_decode.Config]:
     """The register path with ``x``'s slice in shared memory (``Config.x_spans``): one or two row
     tiles a warp, warps along N (sharing the slice) and along K, a span a step or the next step's
-    loads first, slices of 4 to 16 spans (``K`` split across CTAs to match)."""
+    loads first, slices of 4 to 16 spans (``K`` split across CTAs to match); those whose shared memory
+    leaves an SM fewer than 8 warps left out (too few loads in flight to stream the weight)."""
     out = []
     for rt, (wn, wk), double, x_spans in itertools.product(
             (1, 2), ((1, 4), (1, 8), (2, 2), (2, 4), (4, 1), (4, 2), (8, 1)), (False, True), (4, 8, 16)):
-        out.append(fp4_decode.Config(rt, wn, wk, 1, double, x_spans=x_spans))
-    return [c for c in out if c.fits(nt)]
+        config = fp4_decode.Config(rt, wn, wk, 1, double, x_spans=x_spans)
+        shared = config.shared_bytes(nt) + config.dynamic_bytes(nt) + 1024  # the driver keeps 1 KiB a CTA
+        if config.fits(nt) and (228 * 1024 // shared) * wn * wk >= 8:
+            out.append(config)
+    return out
 
 
 def wgmma_configs(nt: int, groups: tuple[int, ...] = (1,),
@@ -116,7 +120,7 @@ def _job_name(job) -> str:
 
 def _resident(run, config, nt: int) -> int:
     """The driver's count of the kernel's CTAs an SM holds at once, as launched for ``nt`` token tiles."""
-    shared = fp4_wgmma.shared_bytes(config, nt) if isinstance(config, fp4_wgmma.Config) else config.ring_bytes(nt)
+    shared = fp4_wgmma.shared_bytes(config, nt) if isinstance(config, fp4_wgmma.Config) else config.dynamic_bytes(nt)
     return run.resident(config.threads, shared)
 
 

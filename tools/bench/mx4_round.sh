@@ -3,22 +3,28 @@
 # the GPU tests of x's shared slice, the decode kernel's slice configurations swept beside the
 # tuning's candidates at 16 tokens (the four single-weight shapes) and at 32 and 64 (gpt-oss's and
 # Llama 4096x4096), the fastest picked (mx4_pick.py), and mx4_linear.py run with the picks among the
-# tuning's candidates. Everything lands in $OUT (the device tool's folder) for the repository's
-# tools/bench/results/.
+# tuning's candidates, gemlite's 4-bit paths beside them where its wheel was carried to .whl/.
+# Everything lands in $OUT (the device tool's folder) for the repository's tools/bench/results/.
 #
-#     run: XLABRIDGE_COMMIT=$(git rev-parse --short HEAD) bash tools/bench/mx4_round.sh
+#     run (carry .whl): XLABRIDGE_COMMIT=<commit> bash tools/bench/mx4_round.sh
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 XLABRIDGE_COMMIT=${XLABRIDGE_COMMIT:-unknown}
-OUT=${OUT:?the device tool's output folder}
+OUT=${OUT:?"OUT: the device tool's output folder"}
 python3 -m pip install --no-deps --no-build-isolation -q -e . >/dev/null 2>&1
+GEMLITE=0
+if ls .whl/gemlite-*.whl >/dev/null 2>&1 && python3 -m pip install --no-deps -q .whl/gemlite-*.whl >/dev/null 2>&1; then
+    GEMLITE=25
+fi
 nvidia-smi --query-gpu=name --format=csv,noheader
-timeout 100 python3 -m pytest -q -p no:cacheprovider tests/mx/test_mxfp4_cuda.py -k slice_in_shared 2>&1 | tail -3
+timeout 80 python3 -m pytest -q -p no:cacheprovider tests/mx/test_mxfp4_cuda.py -k slice_in_shared 2>&1 | tail -3
 SINGLE="llama up 14336x4096,llama down 4096x14336,gpt-oss-20b expert gate_up,gpt-oss-20b expert down"
-timeout 150 python3 tools/bench/mx4_decode_sweep.py --shapes "$SINGLE" --tokens 16 --kernels slice,candidates \
-    --packing decode --out "$OUT/mx4_slice_16_h100.json" --seconds 115 2>&1 | grep -v '^{' | tail -2
-timeout 130 python3 tools/bench/mx4_decode_sweep.py --tokens 32,64 --kernels slice,candidates --packing decode \
+timeout 135 python3 tools/bench/mx4_decode_sweep.py --shapes "$SINGLE" --tokens 16 --kernels slice,candidates \
+    --packing decode --out "$OUT/mx4_slice_16_h100.json" --seconds 105 2>&1 | grep -v '^{' | tail -2
+timeout 115 python3 tools/bench/mx4_decode_sweep.py --tokens 32,64 --kernels slice,candidates --packing decode \
     --shapes "gpt-oss-20b expert gate_up,gpt-oss-20b expert down,llama 4096x4096" \
-    --out "$OUT/mx4_slice_32_64_h100.json" --seconds 95 2>&1 | grep -v '^{' | tail -2
+    --out "$OUT/mx4_slice_32_64_h100.json" --seconds 85 2>&1 | grep -v '^{' | tail -2
 python3 tools/bench/mx4_pick.py "$OUT/mx4_slice_16_h100.json" "$OUT/mx4_slice_32_64_h100.json" --out "$OUT/picked.json"
-timeout 200 python3 tools/bench/mx4_linear.py --precompile 10 --packing decode --candidates "$OUT/picked.json" \
-    --out "$OUT/mx4_linear.json" 2>&1 | tail -40
+PICKED=()  # the benchmark runs without picks where the sweeps left none
+if [ -s "$OUT/picked.json" ]; then PICKED=(--candidates "$OUT/picked.json"); fi
+timeout 230 python3 tools/bench/mx4_linear.py --precompile 10 --packing decode "${PICKED[@]}" \
+    --gemlite "$GEMLITE" --out "$OUT/mx4_linear.json" 2>&1 | tail -40
