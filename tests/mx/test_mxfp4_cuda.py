@@ -208,6 +208,18 @@ def test_a_slice_of_x_splits_k_into_whole_slices_and_fits_its_shared_memory(k, x
     assert not fp4_decode.Config(1, 4, 1, x_spans=16).fits(8)  # 64 tokens of 16 spans: past an SM's 227 KiB
 
 
+def test_a_slice_s_last_split_flag_counts_against_the_static_shared_memory():
+    """Partial sums of exactly 48 KiB (three warps along K past the first, two along N, two row tiles,
+    64 tokens) leave no room for the split's flag: ``fits`` says no, and so does NVRTC's ptxas (static
+    shared memory past 48 KiB); without ``x_spans`` the same sums compile."""
+    config = fp4_decode.Config(2, 2, 4, x_spans=4)
+    assert not config.fits(8) and fp4_decode.Config(2, 2, 4).fits(8)
+    _nvrtc_or_skip()
+    with pytest.raises(_runtime.CudaError, match="smem|shared"):
+        fp4_decode.binary(config, 8, 0, False, (9, 0), cached=False)
+    assert fp4_decode.binary(fp4_decode.Config(2, 2, 4), 8, 0, False, (9, 0), cached=False)[:4] == b"\x7fELF"
+
+
 def test_every_candidate_fits_a_hopper_sm_at_its_token_tiles():
     for key, config in CANDIDATES:
         assert isinstance(config, fp4_wgmma.Config) or config.fits(key), (key, config)

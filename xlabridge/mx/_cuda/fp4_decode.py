@@ -91,8 +91,9 @@ class Config:
         return 16 * self.rt * self.wn
 
     def shared_bytes(self, nt: int) -> int:
-        """The partial sums the CTA adds: one set per warp along ``K`` past the first."""
-        return (self.wk - 1) * self.wn * self.rt * nt * 4 * 32 * 4
+        """Static shared memory: the partial sums the CTA adds, one set per warp along ``K`` past the
+        first; with ``x_spans``, the flag of a row tile's last split too (its 16-byte slot)."""
+        return (self.wk - 1) * self.wn * self.rt * nt * 4 * 32 * 4 + (16 if self.x_spans else 0)
 
     def ring_bytes(self, nt: int) -> int:
         """The stages' shared memory (dynamic), for all the CTA's warps."""
