@@ -246,37 +246,36 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
                 copy_weight(slice_base + m * XS_ROW + 16 * c, xa + (i64)m * sxm + 128 * c0 + 8 * c, 16u);
         copies_commit();
     }
-    u32 xs[NT];  // shared address of x's block for the next span to read, token 8j + g
+    // x's block for the next span to read, token 8j + g: a shared address in the slice (advanced
+    // 256 bytes a span), read by SliceX
+    using XRead = SliceX;
+    constexpr int X_STEP = 256;
+    u32 xp[NT];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) xs[j] = slice_base + min(8 * j + g, M - 1) * XS_ROW + 256 * (first - c0) + 2 * X_T * t;
+    for (int j = 0; j < NT; ++j) xp[j] = slice_base + min(8 * j + g, M - 1) * XS_ROW + 256 * (first - c0) + 2 * X_T * t;
     auto slice_ready = [&]() {
         copies_wait<0>();
         __syncthreads();
     };
-    auto span_with_x = [&](const u32 (&wv)[RT][2][4], const u32 (&sv)[RT][2], int at) {
-        if (at < whole)
-            one_span(acc, wv, sv, SliceX{xs, true, false, t});
-        else
-            one_span(acc, wv, sv, SliceX{xs, 4 * at + t < blocks, true, t});
-#pragma unroll
-        for (int j = 0; j < NT; ++j) xs[j] += 256;
-    };
 #else
-    auto slice_ready = [&]() {};
-    const u16* xp[NT];  // x's block for the next span to read (or copy), token 8j + g
+    // ... a pointer into x in global memory (advanced 128 elements a span), read by SpanX (or copied)
+    using XRead = SpanX;
+    constexpr int X_STEP = 128;
+    const u16* xp[NT];
 #pragma unroll
     for (int j = 0; j < NT; ++j) xp[j] = xa + (i64)min(8 * j + g, M - 1) * sxm + 128 * first + X_T * t;
-    // Span `at`'s arithmetic with x's words read from global memory at xp (zeros past K), then xp
-    // moved on; the test for K's last span is out of the unchecked copy, as in the loads.
+    auto slice_ready = [&]() {};
+#endif
+    // Span `at`'s arithmetic with x's words read at xp (zeros past K), then xp moved on; the test for
+    // K's last span is out of the unchecked copy, as in the loads.
     auto span_with_x = [&](const u32 (&wv)[RT][2][4], const u32 (&sv)[RT][2], int at) {
         if (at < whole)
-            one_span(acc, wv, sv, SpanX{xp, true, false, t});
+            one_span(acc, wv, sv, XRead{xp, true, false, t});
         else
-            one_span(acc, wv, sv, SpanX{xp, 4 * at + t < blocks, true, t});
+            one_span(acc, wv, sv, XRead{xp, 4 * at + t < blocks, true, t});
 #pragma unroll
-        for (int j = 0; j < NT; ++j) xp[j] += 128;
+        for (int j = 0; j < NT; ++j) xp[j] += X_STEP;
     };
-#endif
 
 #if ASYNC
     // Each warp streams its spans through its own ring of S stages in shared memory: S - 1 spans
