@@ -15,16 +15,19 @@ GEMLITE=0
 if ls .whl/gemlite-*.whl >/dev/null 2>&1 && python3 -m pip install --no-deps -q .whl/gemlite-*.whl >/dev/null 2>&1; then
     GEMLITE=25
 fi
-nvidia-smi --query-gpu=name --format=csv,noheader
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "$GPU"
+CARD=$(echo "$GPU" | grep -o -i 'h[0-9]00' | head -1 | tr 'A-Z' 'a-z')  # the results' names say the card
+CARD=${CARD:-gpu}
 timeout 80 python3 -m pytest -q -p no:cacheprovider tests/mx/test_mxfp4_cuda.py -k slice_in_shared 2>&1 | tail -3
 SINGLE="llama up 14336x4096,llama down 4096x14336,gpt-oss-20b expert gate_up,gpt-oss-20b expert down"
 timeout 135 python3 tools/bench/mx4_decode_sweep.py --shapes "$SINGLE" --tokens 16 --kernels slice,candidates \
-    --packing decode --out "$OUT/mx4_slice_16_h100.json" --seconds 105 2>&1 | grep -v '^{' | tail -2
+    --packing decode --out "$OUT/mx4_slice_16_$CARD.json" --seconds 105 2>&1 | grep -v '^{' | tail -2
 timeout 115 python3 tools/bench/mx4_decode_sweep.py --tokens 32,64 --kernels slice,candidates --packing decode \
     --shapes "gpt-oss-20b expert gate_up,gpt-oss-20b expert down,llama 4096x4096" \
-    --out "$OUT/mx4_slice_32_64_h100.json" --seconds 85 2>&1 | grep -v '^{' | tail -2
-python3 tools/bench/mx4_pick.py "$OUT/mx4_slice_16_h100.json" "$OUT/mx4_slice_32_64_h100.json" --out "$OUT/picked.json"
+    --out "$OUT/mx4_slice_32_64_$CARD.json" --seconds 85 2>&1 | grep -v '^{' | tail -2
+python3 tools/bench/mx4_pick.py "$OUT/mx4_slice_16_$CARD.json" "$OUT/mx4_slice_32_64_$CARD.json" --out "$OUT/picked.json"
 PICKED=()  # the benchmark runs without picks where the sweeps left none
 if [ -s "$OUT/picked.json" ]; then PICKED=(--candidates "$OUT/picked.json"); fi
 timeout 230 python3 tools/bench/mx4_linear.py --precompile 10 --packing decode "${PICKED[@]}" \
-    --gemlite "$GEMLITE" --out "$OUT/mx4_linear.json" 2>&1 | tail -40
+    --gemlite "$GEMLITE" --out "$OUT/mx4_linear_$CARD.json" 2>&1 | tail -40
