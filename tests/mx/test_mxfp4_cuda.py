@@ -44,9 +44,10 @@ def _name(config, nt, bias=0, ids=False) -> str:
     (fp4_decode.Config(2, 1, 8, 2, min_blocks=2), 4, 2, False),  # two spans a step, budgeted registers
     (fp4_decode.Config(2, 1, 8, 1, stages=3, x_async=True), 2, 2, True),  # the ring, x through it
     (fp4_decode.Config(1, 1, 8, 1, stages=3, x_paired=True), 8, 1, False),  # the ring, x paired by the host
-    (fp4_decode.Config(2, 2, 2, 1, True, x_spans=8), 2, 1, True),  # x's slice in shared memory, K split
-    (fp4_decode.Config(1, 4, 1, 1, x_spans=4), 8, 0, False),
-], ids=["registers", "double", "two-spans", "ring-x", "ring-paired", "slice-double", "slice-64-tokens"])
+    (fp4_decode.Config(2, 2, 2, 1, True, k_spans=8), 2, 1, True),  # K split across CTAs
+    (fp4_decode.Config(1, 4, 1, 1, k_spans=4), 8, 0, False),
+    (fp4_decode.Config(1, 2, 2, 1, stages=4, k_spans=8), 4, 2, True),
+], ids=["registers", "double", "two-spans", "ring-x", "ring-paired", "split-double", "split-64-tokens", "split-ring"])
 def test_each_code_path_compiles_for_hopper_with_nvrtc(config, nt, bias, ids):
     """The source, with each way of keeping loads in flight, is valid CUDA for ``sm_90`` to the NVRTC
     this environment's torch brings: a GPU binary (ELF) whose symbol is the kernel's name."""
@@ -186,33 +187,31 @@ def test_bad_warpgroup_configurations_say_which_field_and_what_was_expected(kwar
     ({"wn": 8, "wk": 8}, "at most 1024"),
     ({"stages": 4, "x_early": True}, "x_early must be None, or a bool on the registers path"),
     ({"x_early": 1}, "x_early must be None, or a bool"),
-    ({"x_spans": -1}, "x_spans must be an int >= 0"),
-    ({"x_spans": 8, "stages": 4}, "x_spans .* is the registers path's"),
-    ({"x_spans": 8, "x_early": True}, "x_spans .* with x_early and x_paired off"),
+    ({"k_spans": -1}, "k_spans must be an int >= 0"),
+    ({"k_spans": 2.0}, "k_spans must be an int >= 0"),
 ])
 def test_bad_configurations_say_which_field_and_what_was_expected(kwargs, message):
     with pytest.raises(ValueError, match=message):
         fp4_decode.Config(**kwargs)
 
 
-@pytest.mark.parametrize("k, x_spans", [(1952, 4), (2880, 8), (14336, 16), (128, 4), (4096, 32)])
-def test_a_slice_of_x_splits_k_into_whole_slices_and_fits_its_shared_memory(k, x_spans):
-    """``x_spans``: ``splits`` CTAs along K cover its spans, the last one's slice the only one cut
-    short; the slice's shared memory is a row of the slice's bytes and 64 more per token of the tiles."""
-    config = fp4_decode.Config(2, 2, 2, x_spans=x_spans)
+@pytest.mark.parametrize("k, k_spans", [(1952, 4), (2880, 8), (14336, 16), (128, 4), (4096, 32)])
+def test_a_split_of_k_covers_its_spans_with_only_the_last_split_short(k, k_spans):
+    """``k_spans``: ``splits`` CTAs along K cover its spans, the last one the only one cut short; no
+    dynamic shared memory is added (the splits' sums go through global memory)."""
+    config = fp4_decode.Config(2, 2, 2, k_spans=k_spans)
     spans = -(-k // 128)
     split = config.splits(k)
-    assert (split - 1) * x_spans < spans <= split * x_spans
-    assert config.slice_bytes(2) == 16 * (256 * x_spans + 64) and fp4_decode.Config().slice_bytes(2) == 0
+    assert (split - 1) * k_spans < spans <= split * k_spans
     assert fp4_decode.Config().splits(k) == 1
-    assert not fp4_decode.Config(1, 4, 1, x_spans=16).fits(8)  # 64 tokens of 16 spans: past an SM's 227 KiB
+    assert config.dynamic_bytes(8) == 0 and config.fits(8)
 
 
-def test_a_slice_s_last_split_flag_counts_against_the_static_shared_memory():
+def test_a_split_s_last_split_flag_counts_against_the_static_shared_memory():
     """Partial sums of exactly 48 KiB (three warps along K past the first, two along N, two row tiles,
     64 tokens) leave no room for the split's flag: ``fits`` says no, and so does NVRTC's ptxas (static
-    shared memory past 48 KiB); without ``x_spans`` the same sums compile."""
-    config = fp4_decode.Config(2, 2, 4, x_spans=4)
+    shared memory past 48 KiB); without ``k_spans`` the same sums compile."""
+    config = fp4_decode.Config(2, 2, 4, k_spans=4)
     assert not config.fits(8) and fp4_decode.Config(2, 2, 4).fits(8)
     _nvrtc_or_skip()
     with pytest.raises(_runtime.CudaError, match="smem|shared"):
@@ -363,15 +362,17 @@ def test_pairs_with_two_slots_of_x_fits_four_ctas_an_sm_where_span_fits_two():
 
 @requires_hopper
 @pytest.mark.parametrize("config, nt, blocks", [
-    (fp4_decode.Config(1, 4, 1, x_spans=4), 2, 61),  # four splits, the last of one span of one block
-    (fp4_decode.Config(2, 2, 2, 1, True, x_spans=8), 8, 61),  # two splits, warps along K in each
-    (fp4_decode.Config(1, 2, 4, x_spans=16), 1, 61),  # one split: K's sixteen spans in one slice
-    (fp4_decode.Config(2, 8, 1, x_spans=1), 4, 5),  # two splits, the second of one block; rows past N
-], ids=["n16-four-splits", "n64-two-splits", "n8-one-split", "n32-short-k"])
+    (fp4_decode.Config(1, 4, 1, k_spans=4), 2, 61),  # four splits, the last of one span of one block
+    (fp4_decode.Config(2, 2, 2, 1, True, k_spans=8), 8, 61),  # two splits, warps along K in each
+    (fp4_decode.Config(1, 2, 4, k_spans=16), 1, 61),  # one split: K's sixteen spans in one CTA
+    (fp4_decode.Config(2, 8, 1, k_spans=1), 4, 5),  # two splits, the second of one block; rows past N
+    (fp4_decode.Config(1, 2, 2, stages=4, k_spans=4), 2, 61),  # the ring, split
+    (fp4_decode.Config(1, 4, 1, 1, True, x_early=True, k_spans=3), 2, 61),  # x loaded with the weight
+], ids=["n16-four-splits", "n64-two-splits", "n8-one-split", "n32-short-k", "n16-ring", "n16-x-early"])
 @pytest.mark.parametrize("packing", list(Packing), ids=[p.value for p in Packing])
-def test_x_s_slice_in_shared_memory_against_the_spec_split_and_not(config, nt, blocks, packing):
-    """The register path reading ``x``'s slice from shared memory (``x_spans``), ``K`` split across
-    CTAs or not, at ``8 nt - 3`` rows (a partial token tile) with expert ids and a bias: against the
+def test_k_split_across_ctas_against_the_spec_and_bitwise_the_same_twice(config, nt, blocks, packing):
+    """``K`` split across CTAs (``k_spans``), or one split, on each way of keeping loads in flight,
+    at ``8 nt - 3`` rows (a partial token tile) with expert ids and a bias: against the
     float64 product of the spec's NumPy dequantization; run twice, so that the splits' arrival counts
     are seen back at zero, and the two results bitwise equal (the splits added in a fixed order)."""
     rows = 8 * nt - 3

@@ -37,7 +37,7 @@ from xlabridge.mx._cuda import fp4_decode, fp4_wgmma  # noqa: E402
 from xlabridge.mx._fp4_packing import Packing, repack  # noqa: E402
 
 KERNELS = ("decode", "wgmma")
-"""The default ``--kernels``; ``slice`` (the register path with ``x``'s slice in shared memory) and
+"""The default ``--kernels``; ``split`` (CTAs of many rows with ``K`` split across them) and
 ``candidates`` (``fp4_matmul.DECODE``'s) are asked for by name."""
 WARPS = ((1, 4), (1, 8), (1, 16), (2, 4))
 """(wn, wk): warps along N sharing x through L1, and splitting K."""
@@ -67,18 +67,19 @@ def decode_configs(nt: int, x_early: tuple[bool | None, ...] = (None,),
     return [c for c in out if c.fits(nt)]
 
 
-def slice_configs(nt: int) -> list[fp4_decode.Config]:
-    """The register path with ``x``'s slice in shared memory (``Config.x_spans``): one or two row
-    tiles a warp, warps along N (sharing the slice) and along K, a span a step or the next step's
-    loads first, slices of 4 to 16 spans (``K`` split across CTAs to match); those whose shared memory
-    leaves an SM fewer than 8 warps left out (too few loads in flight to stream the weight)."""
+def split_configs(nt: int) -> list[fp4_decode.Config]:
+    """CTAs of many rows with ``K`` split across them (``Config.k_spans``), so that ``x`` is read from
+    L2 once per 32 to 256 rows: one or two row tiles a warp, 2 to 8 warps along N (sharing ``x``
+    through L1) and 1 to 4 along K, a span a step or the next step's loads first, splits of 8, 16 or
+    32 spans, each warp taking at least 4 spans of its split; each with the register budget cut for
+    a full SM's threads too (1024 of them), where that is more CTAs than one."""
     out = []
-    for rt, (wn, wk), double, x_spans in itertools.product(
-            (1, 2), ((1, 4), (1, 8), (2, 2), (2, 4), (4, 1), (4, 2), (8, 1)), (False, True), (4, 8, 16)):
-        config = fp4_decode.Config(rt, wn, wk, 1, double, x_spans=x_spans)
-        shared = config.shared_bytes(nt) + config.dynamic_bytes(nt) + 1024  # the driver keeps 1 KiB a CTA
-        if config.fits(nt) and (228 * 1024 // shared) * wn * wk >= 8:
-            out.append(config)
+    for rt, (wn, wk), double, k_spans in itertools.product(
+            (1, 2), ((2, 2), (2, 4), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2)), (False, True), (8, 16, 32)):
+        for blocks in sorted({1, 1024 // (wn * wk * 32)}):
+            config = fp4_decode.Config(rt, wn, wk, 1, double, min_blocks=blocks, k_spans=k_spans)
+            if config.fits(nt) and k_spans >= 4 * wk:
+                out.append(config)
     return out
 
 
@@ -154,7 +155,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(mx4_linear.LINEARS) + ",experts")
     parser.add_argument("--tokens", default=",".join(map(str, mx4_linear.TOKENS)))
     parser.add_argument("--kernels", default=",".join(KERNELS), help="which kernels' configurations: decode, wgmma, "
-                        "slice (the register path with x's slice in shared memory), or candidates "
+                        "split (CTAs of many rows with K split across them), or candidates "
                         "(fp4_matmul.DECODE's alone)")
     parser.add_argument("--launch", default="dependent", choices=("dependent", "plain", "both"),
                         help="launched to overlap the previous kernel (dependent), or not, or each config both ways")
@@ -196,7 +197,7 @@ def main() -> None:
                                        tuple(fp4_wgmma.Sums(w) for w in args.sums.split(",")))
                          if "wgmma" in kernels else [])
                       + (candidate_configs(nt) if "candidates" in kernels else [])
-                      + (slice_configs(nt) if "slice" in kernels else []))
+                      + (split_configs(nt) if "split" in kernels else []))
             if not isinstance(c, fp4_wgmma.Config) or fp4_wgmma.available(dev)
             for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]
     # x_paired's order is what a DECODE weight's kernel reads of x as it is: its twin without the copy

@@ -571,7 +571,8 @@ def _decode_config(c: dict) -> str:
         f"{c['spans']} span" + ("s" if c["spans"] > 1 else "") + (" +next" if c.get("double") else "")
     extra = ((" paired x" if c.get("x_paired") else "") + (" x late" if c.get("x_early") is False else "")
              + (f" ≥{c['min_blocks']}/SM" if c.get("min_blocks", 1) > 1 else "")
-             + (f", x's slice of {c['x_spans']} spans shared" if c.get("x_spans") else ""))
+             + (f", x's slice of {c['x_spans']} spans shared" if c.get("x_spans") else "")
+             + (f", K split in {c['k_spans']} spans a CTA" if c.get("k_spans") else ""))
     return f"{16 * c['rt']}×{c['wn']}r {c['wk']}k, {how}{extra}"
 
 

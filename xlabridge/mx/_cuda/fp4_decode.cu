@@ -32,20 +32,19 @@
 // reads its span's four scale bytes, one factor per word. The span K ends inside is read block by
 // block, as PACKING 0 reads every span.
 //
-// XS > 0 (register path): a CTA takes XS spans of K (blockIdx.z: a split of K across CTAs), not the
-// whole of it, and first copies x's slice there (its M tokens' rows, 16-byte asynchronous copies by all
-// its threads) into shared memory, where all its warps read it: x then comes from L2 once per CTA of
-// 16 RT WN rows, where each CTA (each warp along K) reading it through L1 fetches it again from L2 when
-// it is not resident there. A row of the slice is XS * 256 + 64 bytes long, so that the quad pairs of
-// two tokens a load reads fall on different banks. The CTAs of a row tile's splits write their float32
-// sums (split_sums[a][tile][z][thread order]) and count themselves in at locks[a][tile]; the last adds
-// them in split order (the result does not depend on timing), writes y and sets the count back to zero.
+// KS > 0: a CTA takes KS spans of K (blockIdx.z: a split of K across CTAs), not the whole of it, so
+// that a CTA can cover many rows (WN warps along N sharing x through L1) and the grid still fill the
+// SMs: x is read from L2 once per CTA, and a CTA of 16 RT WN rows taking a K-th of it reads
+// 1 / (RT WN) of what CTAs of 16 rows taking all of K read. The CTAs of a row tile's splits write
+// their float32 sums (split_sums[a][tile][z][thread order]) and count themselves in at
+// locks[a][tile]; the last adds them in split order (the result does not depend on timing), writes y
+// and sets the count back to zero.
 //
 // PROBE (benchmarks only, register path): 1 loads without the arithmetic, 2 the arithmetic without
 // the loads; 0 otherwise.
 //
 // Configuration macros (set by the host): NT, RT, WN, WK, U, DB, X_EARLY, ASYNC, S, X_ASYNC,
-// X_PAIRED, PACKING, XS, PROBE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
+// X_PAIRED, PACKING, KS, PROBE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
 // 2 float32), HAS_IDS, KERNEL.
 
 // Elements between a thread's chunk q and q + 1 of x in a span, and between threads t and t + 1.
@@ -54,14 +53,9 @@
 #if X_PAIRED && PACKING
 #error "X_PAIRED is for the spec layout: a PACKING 1 weight takes x as it is"
 #endif
-#ifndef XS
-#define XS 0
+#ifndef KS
+#define KS 0
 #endif
-#if XS && (ASYNC || X_EARLY)
-#error "XS is the register path's, with x read from the shared slice as the arithmetic reaches it"
-#endif
-// Bytes of a token's row of the shared slice of x.
-#define XS_ROW (XS * 256 + 64)
 
 // Elements from a thread's place in x's span (X_T t) to its chunk q; in the span K ends inside
 // (`tail`), a PACKING 1 thread reads its own block, 32t + 8q, as the weight's words there are.
@@ -162,20 +156,6 @@ struct SpanX {
     }
 };
 
-// ... from the CTA's slice in shared memory (XS): this thread's elements of each token's row at
-// shared address `p`, as SpanX.
-struct SliceX {
-    const u32 (&p)[NT];
-    bool ok, tail;
-    int t;
-    __device__ __forceinline__ void operator()(int j, int q, u32 (&v)[4]) const {
-        if (ok)
-            load_shared(p[j] + 2 * x_chunk(q, t, tail), v);
-        else
-            v[0] = v[1] = v[2] = v[3] = 0u;
-    }
-};
-
 extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     const u16* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ sc, const void* __restrict__ bias,
     const int* __restrict__ ids, u16* __restrict__ y, float* __restrict__ split_sums, int* __restrict__ locks, int M,
@@ -187,9 +167,9 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     const int blocks = K >> 5;
     const int spans = (blocks + 3) >> 2;
     const int n0 = blockIdx.x * (16 * RT * WN) + wn * (16 * RT);
-    // The CTA takes spans [c0, c1) (XS: its split's; else all), warp wk a contiguous range of them.
-#if XS
-    const int c0 = min((int)blockIdx.z * XS, spans), c1 = min(c0 + XS, spans);
+    // The CTA takes spans [c0, c1) (KS: its split's; else all), warp wk a contiguous range of them.
+#if KS
+    const int c0 = min((int)blockIdx.z * KS, spans), c1 = min(c0 + KS, spans);
 #else
     const int c0 = 0, c1 = spans;
 #endif
@@ -234,47 +214,19 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
             sp[r][h] = sc + e * sse + n * ssn + 4 * first + SCALE_T * t;
         }
     }
-#if XS
-    // The slice: each token's elements of spans [c0, c1) (up to K) in a row of XS_ROW bytes; the
-    // copies are waited for (and the CTA synchronized) before the first span's arithmetic.
-    extern __shared__ uint4 slice[];
-    const u32 slice_base = shared_address(slice);
-    {
-        const int chunks = (min(128 * c1, K) - 128 * c0) >> 3;  // 16-byte pieces of a token's row
-        for (int m = 0; m < M; ++m)
-            for (int c = threadIdx.x; c < chunks; c += WN * WK * 32)
-                copy_weight(slice_base + m * XS_ROW + 16 * c, xa + (i64)m * sxm + 128 * c0 + 8 * c, 16u);
-        copies_commit();
-    }
-    // x's block for the next span to read, token 8j + g: a shared address in the slice (advanced
-    // 256 bytes a span), read by SliceX
-    using XRead = SliceX;
-    constexpr int X_STEP = 256;
-    u32 xp[NT];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) xp[j] = slice_base + min(8 * j + g, M - 1) * XS_ROW + 256 * (first - c0) + 2 * X_T * t;
-    auto slice_ready = [&]() {
-        copies_wait<0>();
-        __syncthreads();
-    };
-#else
-    // ... a pointer into x in global memory (advanced 128 elements a span), read by SpanX (or copied)
-    using XRead = SpanX;
-    constexpr int X_STEP = 128;
+    // x's elements of the next span to read, token 8j + g (advanced 128 elements a span).
     const u16* xp[NT];
 #pragma unroll
     for (int j = 0; j < NT; ++j) xp[j] = xa + (i64)min(8 * j + g, M - 1) * sxm + 128 * first + X_T * t;
-    auto slice_ready = [&]() {};
-#endif
     // Span `at`'s arithmetic with x's words read at xp (zeros past K), then xp moved on; the test for
     // K's last span is out of the unchecked copy, as in the loads.
     auto span_with_x = [&](const u32 (&wv)[RT][2][4], const u32 (&sv)[RT][2], int at) {
         if (at < whole)
-            one_span(acc, wv, sv, XRead{xp, true, false, t});
+            one_span(acc, wv, sv, SpanX{xp, true, false, t});
         else
-            one_span(acc, wv, sv, XRead{xp, 4 * at + t < blocks, true, t});
+            one_span(acc, wv, sv, SpanX{xp, 4 * at + t < blocks, true, t});
 #pragma unroll
-        for (int j = 0; j < NT; ++j) xp[j] += X_STEP;
+        for (int j = 0; j < NT; ++j) xp[j] += 128;
     };
 
 #if ASYNC
@@ -425,7 +377,6 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #if DB
     u32 wb[U][RT][2][4], sb[U][RT][2], xb_[XU][XJ][4][4];
     if (first < last) load(wa, sa, xa_, first);
-    slice_ready();
     for (int span = first; span < last; span += 2 * U) {
         if (span + U < last) load(wb, sb, xb_, span + U);
         math(wa, sa, xa_, span);
@@ -433,7 +384,6 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
         if (span + U < last) math(wb, sb, xb_, span + U);
     }
 #else
-    slice_ready();
     for (int span = first; span < last; span += U) {
         load(wa, sa, xa_, span);
         math(wa, sa, xa_, span);
@@ -465,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
                 for (int i = 0; i < 4; ++i) acc[r][j][i] += partial[p][wn][r][j][i][lane];
 #endif
 
-#if XS
+#if KS
     if (gridDim.z > 1) {
         // This CTA's sums (the WN warps left), then the last of the tile's splits adds them all.
         constexpr int SUMS = WN * RT * NT * 32;  // float4s a split of a tile

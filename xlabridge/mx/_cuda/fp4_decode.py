@@ -43,10 +43,11 @@ class Config:
     it lies in memory (refused there). ``min_blocks``: CTAs per SM the register budget is cut for (``__launch_bounds__``).
     ``x_early`` (registers path): ``x``'s words of a span loaded with the weight's, into registers
     (``double``: two spans' worth), or not (read through L1 as the arithmetic reaches them); None:
-    early up to two token tiles, where they take the fewest registers (never with ``x_spans``).
-    ``x_spans`` (registers path): 0, each CTA takes the whole of ``K``; n > 0, each takes n spans of
-    it (the launch splits ``K`` across CTAs, ``splits``), copies ``x``'s slice there into shared memory
-    once for all its warps, and the splits of a row tile add their float32 sums in split order."""
+    early up to two token tiles, where they take the fewest registers.
+    ``k_spans``: 0, each CTA takes the whole of ``K``; n > 0, each takes n spans of it (the launch
+    splits ``K`` across CTAs, ``splits``), and the splits of a row tile add their float32 sums in
+    split order: a CTA of many rows (``rt``, ``wn``) then reads ``x`` from L2 for all of them while
+    the grid still fills the SMs."""
 
     rt: int = 1
     wn: int = 1
@@ -58,15 +59,12 @@ class Config:
     x_paired: bool = False
     min_blocks: int = 1
     x_early: bool | None = None
-    x_spans: int = 0
+    k_spans: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.x_spans, int) or self.x_spans < 0:
-            raise ValueError(f"fp4_decode.Config: x_spans must be an int >= 0, got {self.x_spans!r}")
-        if self.x_spans and (self.stages or self.x_early or self.x_paired):
-            raise ValueError(f"fp4_decode.Config: x_spans (x's slice in shared memory) is the registers path's "
-                             f"(stages=0), with x_early and x_paired off; got stages={self.stages}, "
-                             f"x_early={self.x_early!r}, x_paired={self.x_paired!r}")
+        if not isinstance(self.k_spans, int) or self.k_spans < 0:
+            raise ValueError(f"fp4_decode.Config: k_spans must be an int >= 0 (0: no split of K), "
+                             f"got {self.k_spans!r}")
         for name in ("rt", "wn", "wk", "spans", "min_blocks"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -92,26 +90,21 @@ class Config:
 
     def shared_bytes(self, nt: int) -> int:
         """Static shared memory: the partial sums the CTA adds, one set per warp along ``K`` past the
-        first; with ``x_spans``, the flag of a row tile's last split too (its 16-byte slot)."""
-        return (self.wk - 1) * self.wn * self.rt * nt * 4 * 32 * 4 + (16 if self.x_spans else 0)
+        first; with ``k_spans``, the flag of a row tile's last split too (its 16-byte slot)."""
+        return (self.wk - 1) * self.wn * self.rt * nt * 4 * 32 * 4 + (16 if self.k_spans else 0)
 
     def ring_bytes(self, nt: int) -> int:
         """The stages' shared memory (dynamic), for all the CTA's warps."""
         return self.wn * self.wk * self.stages * (self.rt * 2 + (nt * 4 if self.x_async else 0)) * 32 * 16
 
-    def slice_bytes(self, nt: int) -> int:
-        """``x``'s slice in shared memory (dynamic; ``x_spans``): a row of ``x_spans`` spans and 64
-        bytes (which put two tokens' loads on different banks) for each of ``8 nt`` tokens."""
-        return 8 * nt * (self.x_spans * 256 + 64) if self.x_spans else 0
-
     def dynamic_bytes(self, nt: int) -> int:
-        """The dynamic shared memory a launch for ``nt`` token tiles takes: the ring's or the slice's."""
-        return self.ring_bytes(nt) + self.slice_bytes(nt)
+        """The dynamic shared memory a launch for ``nt`` token tiles takes (the ring's)."""
+        return self.ring_bytes(nt)
 
     def splits(self, K: int) -> int:
-        """CTAs along ``K`` (``x_spans``; 1 without)."""
+        """CTAs along ``K`` (``k_spans``; 1 without)."""
         spans = -(-K // 128)
-        return -(-spans // self.x_spans) if self.x_spans else 1
+        return -(-spans // self.k_spans) if self.k_spans else 1
 
     def fits(self, nt: int) -> bool:
         """Whether a CTA's shared memory fits a Hopper SM (227 KiB, static part 48 KiB)."""
@@ -194,15 +187,13 @@ def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe
               "DB": int(config.double), "ASYNC": int(config.stages > 0), "S": max(config.stages, 2),
               "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired),
               "X_EARLY": int(x_early(config, nt)), "PROBE": probe, "MINB": config.min_blocks,
-              "XS": config.x_spans, "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": PREFETCH_SPANS,
+              "KS": config.k_spans, "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": PREFETCH_SPANS,
               "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
 
 def x_early(config: Config, nt: int) -> bool:
     """Whether the kernel loads ``x``'s words of a span with the weight's (``Config.x_early``)."""
-    if config.x_spans:
-        return False
     return (not config.stages and nt <= 2) if config.x_early is None else config.x_early
 
 
@@ -214,7 +205,7 @@ def _name(config: Config, nt: int, bias: int, has_ids: bool, packing: Packing = 
     return (f"mxfp4_decode{_packing_name(packing, align)}_n{nt}_r{config.rt}_wn{config.wn}"
             f"_wk{config.wk}_u{config.spans}_d{int(config.double)}"
             f"_s{config.stages}_x{int(config.x_async)}{int(config.x_paired)}{int(x_early(config, nt))}"
-            f"_b{config.min_blocks}{f'_xs{config.x_spans}' if config.x_spans else ''}_{bias}{int(has_ids)}")
+            f"_b{config.min_blocks}{f'_ks{config.k_spans}' if config.k_spans else ''}_{bias}{int(has_ids)}")
 
 
 def source() -> str:
