@@ -766,6 +766,32 @@ def _mx4_balance(data: dict) -> list[str]:
     ]
 
 
+def _mx4_family(field: str, what: str):
+    """A renderer for a sweep of one family of decode configurations (those with ``field`` set) beside
+    the tuning's candidates: per shape and token count, the fastest of each and the family's fastest
+    configuration."""
+    def render(data: dict) -> list[str]:
+        family = lambda c: c.get("kernel") == "fp4_decode" and bool(c.get(field))  # noqa: E731
+        rows = []
+        for r in data["rows"]:
+            ours, theirs = _fastest(r, family), _fastest(r, lambda c: not family(c))
+            if ours is None or theirs is None:
+                continue
+            best = min((c for c in r["configs"] if family(c) and c.get("within_bound") and "ms" in c),
+                       key=lambda c: c["ms"])
+            rows.append([_shape_of(r), r.get("token_count", r["tokens"]), _time(r["bf16_ms"]), _time(theirs),
+                         _time(ours), _x(theirs / ours), _decode_config(best)])
+        return [
+            f"Ran on an {data['device']}; torch {data['torch']}; xlabridge at {data['commit']}. {what}, every "
+            "configuration timed beside the tuning's candidates (`fp4_matmul.DECODE`) on `Packing.DECODE` weights, "
+            "as `mx4_linear.py` times them; the fastest of each within the bound, and the family's fastest "
+            "configuration (\"speed-up\": the candidates' time over the family's):",
+            "",
+            *_table(["shape", "tokens", "bf16", "candidates", "family", "speed-up", "family's fastest"], rows),
+        ]
+    return render
+
+
 def _mx4_packing(data: dict) -> list[str]:
     spec = lambda c: c.get("packing", "spec") == "spec"  # noqa: E731
     keeps = [spec, lambda c: not spec(c), lambda c: spec(c) and c["kernel"] == "fp4_decode",
@@ -1054,6 +1080,17 @@ BENCHMARKS = (
               "Both kernels on gpt-oss's packed projections at 32 and 64 tokens",
               "Every warpgroup configuration and the tuning's candidates on `Packing.DECODE` weights of gpt-oss's "
               "two projections, where the 64-token column is short of bf16.", _mx4_decode_sweep),
+    Benchmark("mx4_slice_16_h100.json",
+              "tools/bench/mx4_decode_sweep.py --kernels slice,candidates --packing decode --tokens 16",
+              "x's slice in shared memory: not kept",
+              "CTAs of many rows copying their slice of x (K split across CTAs) into shared memory once for all "
+              "their warps, at 16 tokens.",
+              _mx4_family("x_spans", "The decode kernel with x's slice in shared memory (a build since removed)")),
+    Benchmark("mx4_slice_32_64_h100.json",
+              "tools/bench/mx4_decode_sweep.py --kernels slice,candidates --packing decode --tokens 32,64",
+              "x's slice in shared memory at 32 and 64 tokens: not kept",
+              "The same family on gpt-oss's projections and Llama 4096x4096 at 32 and 64 tokens.",
+              _mx4_family("x_spans", "The decode kernel with x's slice in shared memory (a build since removed)")),
     Benchmark("mx4_wgmma_cluster_h200.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma --tokens 16,32,64",
               "x shared by a cluster of CTAs: not kept",
               "The warpgroup kernel with x multicast to a thread block cluster of 2 or 4 row tiles, so that each span "
