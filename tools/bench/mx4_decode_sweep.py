@@ -37,7 +37,8 @@ from xlabridge.mx._cuda import fp4_decode, fp4_wgmma  # noqa: E402
 from xlabridge.mx._fp4_packing import Packing, repack  # noqa: E402
 
 KERNELS = ("decode", "wgmma")
-"""The default ``--kernels``; ``split`` (CTAs of many rows with ``K`` split across them) and
+"""The default ``--kernels``; ``split`` (CTAs of many rows with ``K`` split across them), ``chains``
+(the candidates with two sets of accumulators) and
 ``candidates`` (``fp4_matmul.DECODE``'s) are asked for by name."""
 WARPS = ((1, 4), (1, 8), (1, 16), (2, 4))
 """(wn, wk): warps along N sharing x through L1, and splitting K."""
@@ -106,6 +107,13 @@ def candidate_configs(nt: int) -> list:
             if isinstance(c.decode, fp4_wgmma.Config) or c.decode.fits(nt)]
 
 
+def chain_configs(nt: int) -> list:
+    """The candidates' decode-kernel configurations with two sets of accumulators (``acc_sets``): the
+    same loads and decoding, chains of dependent MMAs half as long."""
+    return [dataclasses.replace(c, acc_sets=2) for c in candidate_configs(nt)
+            if isinstance(c, fp4_decode.Config) and c.fits(nt)]
+
+
 def _fields(entry: dict) -> list[str]:
     """A result entry's kernel and configuration fields."""
     module = fp4_wgmma if entry["kernel"] == "fp4_wgmma" else fp4_decode
@@ -155,7 +163,8 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(mx4_linear.LINEARS) + ",experts")
     parser.add_argument("--tokens", default=",".join(map(str, mx4_linear.TOKENS)))
     parser.add_argument("--kernels", default=",".join(KERNELS), help="which kernels' configurations: decode, wgmma, "
-                        "split (CTAs of many rows with K split across them), or candidates "
+                        "split (CTAs of many rows with K split across them), chains (the candidates with two sets of "
+                        "accumulators), or candidates "
                         "(fp4_matmul.DECODE's alone)")
     parser.add_argument("--launch", default="dependent", choices=("dependent", "plain", "both"),
                         help="launched to overlap the previous kernel (dependent), or not, or each config both ways")
@@ -197,7 +206,8 @@ def main() -> None:
                                        tuple(fp4_wgmma.Sums(w) for w in args.sums.split(",")))
                          if "wgmma" in kernels else [])
                       + (candidate_configs(nt) if "candidates" in kernels else [])
-                      + (split_configs(nt) if "split" in kernels else []))
+                      + (split_configs(nt) if "split" in kernels else [])
+                      + (chain_configs(nt) if "chains" in kernels else []))
             if not isinstance(c, fp4_wgmma.Config) or fp4_wgmma.available(dev)
             for ids in ((False, True) if "experts" in wanted and nt <= 2 else (False,))]
     # x_paired's order is what a DECODE weight's kernel reads of x as it is: its twin without the copy

@@ -21,9 +21,9 @@ CARD=$(echo "$GPU" | grep -o -i 'h[0-9]00' | head -1 | tr 'A-Z' 'a-z')  # the re
 CARD=${CARD:-gpu}
 timeout 80 python3 -m pytest -q -p no:cacheprovider tests/mx/test_mxfp4_cuda.py -k k_split 2>&1 | tail -3
 SINGLE="llama up 14336x4096,llama down 4096x14336,gpt-oss-20b expert gate_up,gpt-oss-20b expert down"
-timeout 135 python3 tools/bench/mx4_decode_sweep.py --shapes "$SINGLE" --tokens 16 --kernels split,candidates \
+timeout 135 python3 tools/bench/mx4_decode_sweep.py --shapes "$SINGLE" --tokens 16 --kernels chains,candidates \
     --packing decode --out "$OUT/mx4_split_16_$CARD.json" --seconds 105 2>&1 | grep -v '^{' | tail -2
-timeout 115 python3 tools/bench/mx4_decode_sweep.py --tokens 32,64 --kernels split,candidates --packing decode \
+timeout 115 python3 tools/bench/mx4_decode_sweep.py --tokens 32,64 --kernels chains,candidates --packing decode \
     --shapes "gpt-oss-20b expert gate_up,gpt-oss-20b expert down,llama 4096x4096" \
     --out "$OUT/mx4_split_32_64_$CARD.json" --seconds 85 2>&1 | grep -v '^{' | tail -2
 python3 tools/bench/mx4_pick.py "$OUT/mx4_split_16_$CARD.json" "$OUT/mx4_split_32_64_$CARD.json" --out "$OUT/picked.json"

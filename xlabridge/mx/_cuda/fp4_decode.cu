@@ -40,11 +40,14 @@
 // locks[a][tile]; the last adds them in split order (the result does not depend on timing), writes y
 // and sets the count back to zero.
 //
+// AS = 2: two sets of accumulators, the two MMAs of each K chunk pair into one each (added at the
+// end), so that a span's MMAs into one accumulator form chains of 4, not 8, dependent MMAs.
+//
 // PROBE (benchmarks only, register path): 1 loads without the arithmetic, 2 the arithmetic without
 // the loads; 0 otherwise.
 //
 // Configuration macros (set by the host): NT, RT, WN, WK, U, DB, X_EARLY, ASYNC, S, X_ASYNC,
-// X_PAIRED, PACKING, KS, PROBE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
+// X_PAIRED, PACKING, KS, AS, PROBE, MINB (CTAs per SM the registers are budgeted for), HAS_BIAS (0 none, 1 bfloat16,
 // 2 float32), HAS_IDS, KERNEL.
 
 // Elements between a thread's chunk q and q + 1 of x in a span, and between threads t and t + 1.
@@ -55,6 +58,9 @@
 #endif
 #ifndef KS
 #define KS 0
+#endif
+#ifndef AS
+#define AS 1
 #endif
 
 // Elements from a thread's place in x's span (X_T t) to its chunk q; in the span K ends inside
@@ -75,7 +81,7 @@ __device__ __forceinline__ void mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a
 // bytes s and multiplied with x's 8-token tiles; x_words(j, q, v) gives word q of this thread's
 // block of x for token 8j + g (zeros where there is none).
 template <bool TWO, class X>
-__device__ __forceinline__ void span_math(float (&acc)[RT][NT][4], const u32 (&w)[RT][2][4], const u32 (&s)[RT][2],
+__device__ __forceinline__ void span_math(float (&acc)[AS][RT][NT][4], const u32 (&w)[RT][2][4], const u32 (&s)[RT][2],
                                           const X& x_words) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -102,8 +108,8 @@ __device__ __forceinline__ void span_math(float (&acc)[RT][NT][4], const u32 (&w
 #endif
 #pragma unroll
             for (int r = 0; r < RT; ++r) {
-                mma(acc[r][j], lo[r][0], hi[r][0], lo[r][1], hi[r][1], b00, b01);
-                mma(acc[r][j], lo[r][2], hi[r][2], lo[r][3], hi[r][3], b10, b11);
+                mma(acc[0][r][j], lo[r][0], hi[r][0], lo[r][1], hi[r][1], b00, b01);
+                mma(acc[AS - 1][r][j], lo[r][2], hi[r][2], lo[r][3], hi[r][3], b10, b11);
             }
         }
     }
@@ -112,7 +118,7 @@ __device__ __forceinline__ void span_math(float (&acc)[RT][NT][4], const u32 (&w
 // One span: span_math on the faster path unless a scale byte of the span is above 128 anywhere in
 // the warp (s: scale words, fp4_common.cuh).
 template <class X>
-__device__ __forceinline__ void one_span(float (&acc)[RT][NT][4], const u32 (&w)[RT][2][4], const u32 (&s)[RT][2],
+__device__ __forceinline__ void one_span(float (&acc)[AS][RT][NT][4], const u32 (&w)[RT][2][4], const u32 (&s)[RT][2],
                                          const X& x_words) {
     bool big = false;
 #pragma unroll
@@ -189,13 +195,15 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 
     const u16* xa = x + (i64)a * sxa;
 
-    float acc[RT][NT][4];
+    float accs[AS][RT][NT][4];
 #pragma unroll
-    for (int r = 0; r < RT; ++r)
+    for (int c = 0; c < AS; ++c)
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
+        for (int r = 0; r < RT; ++r)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) acc[r][j][i] = 0.0f;
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) accs[c][r][j][i] = 0.0f;
 
     // Rows past N and tokens past M read row N - 1 and token M - 1 (their results are not written),
     // so that only the one span that K ends inside (K % 128) needs its loads checked: there, a block
@@ -222,9 +230,9 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
     // K's last span is out of the unchecked copy, as in the loads.
     auto span_with_x = [&](const u32 (&wv)[RT][2][4], const u32 (&sv)[RT][2], int at) {
         if (at < whole)
-            one_span(acc, wv, sv, SpanX{xp, true, false, t});
+            one_span(accs, wv, sv, SpanX{xp, true, false, t});
         else
-            one_span(acc, wv, sv, SpanX{xp, 4 * at + t < blocks, true, t});
+            one_span(accs, wv, sv, SpanX{xp, 4 * at + t < blocks, true, t});
 #pragma unroll
         for (int j = 0; j < NT; ++j) xp[j] += 128;
     };
@@ -279,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #pragma unroll
                 for (int h = 0; h < 2; ++h) load_shared(base + (stage * SLOT + (r * 2 + h) * 32) * 16, words[r][h]);
 #if X_ASYNC
-            one_span(acc, words, scales[stage], SharedX{base + (stage * SLOT + RT * 2 * 32) * 16});
+            one_span(accs, words, scales[stage], SharedX{base + (stage * SLOT + RT * 2 * 32) * 16});
 #else
             span_with_x(words, scales[stage], at);
 #endif
@@ -364,9 +372,9 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #pragma unroll
                     for (int h = 0; h < 2; ++h)
                         fold ^= wv[u][r][h][0] ^ wv[u][r][h][1] ^ wv[u][r][h][2] ^ wv[u][r][h][3];
-                acc[0][0][0] += (float)(fold & 1u);
+                accs[0][0][0][0] += (float)(fold & 1u);
 #elif X_EARLY
-                one_span(acc, wv[u], sv[u], RegisterX{xv[u]});
+                one_span(accs, wv[u], sv[u], RegisterX{xv[u]});
 #else
                 span_with_x(wv[u], sv[u], span + u);
 #endif
@@ -392,6 +400,16 @@ extern "C" __global__ void __launch_bounds__(WN * WK * 32, MINB) KERNEL(
 #endif
 
     let_next_kernel_start();
+
+    float (&acc)[RT][NT][4] = accs[0];
+#if AS == 2
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[r][j][i] += accs[1][r][j][i];
+#endif
 
 #if WK > 1
     __shared__ float partial[WK - 1][WN][RT][NT][4][32];

@@ -47,7 +47,8 @@ class Config:
     ``k_spans``: 0, each CTA takes the whole of ``K``; n > 0, each takes n spans of it (the launch
     splits ``K`` across CTAs, ``splits``), and the splits of a row tile add their float32 sums in
     split order: a CTA of many rows (``rt``, ``wn``) then reads ``x`` from L2 for all of them while
-    the grid still fills the SMs."""
+    the grid still fills the SMs. ``acc_sets``: 1, or 2 (each K chunk pair's two MMAs into one set of
+    accumulators each, added at the end: chains of dependent MMAs half as long, twice the registers)."""
 
     rt: int = 1
     wn: int = 1
@@ -60,8 +61,11 @@ class Config:
     min_blocks: int = 1
     x_early: bool | None = None
     k_spans: int = 0
+    acc_sets: int = 1
 
     def __post_init__(self) -> None:
+        if self.acc_sets not in (1, 2) or not isinstance(self.acc_sets, int):
+            raise ValueError(f"fp4_decode.Config: acc_sets must be 1 or 2, got {self.acc_sets!r}")
         if not isinstance(self.k_spans, int) or self.k_spans < 0:
             raise ValueError(f"fp4_decode.Config: k_spans must be an int >= 0 (0: no split of K), "
                              f"got {self.k_spans!r}")
@@ -187,7 +191,7 @@ def _options(config: Config, nt: int, bias: int, has_ids: bool, name: str, probe
               "DB": int(config.double), "ASYNC": int(config.stages > 0), "S": max(config.stages, 2),
               "X_ASYNC": int(config.x_async), "X_PAIRED": int(config.x_paired),
               "X_EARLY": int(x_early(config, nt)), "PROBE": probe, "MINB": config.min_blocks,
-              "KS": config.k_spans, "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": PREFETCH_SPANS,
+              "KS": config.k_spans, "AS": config.acc_sets, "HAS_BIAS": bias, "HAS_IDS": int(has_ids), "PREFETCH": PREFETCH_SPANS,
               "KERNEL": name}
     return [f"-D{key}={value}" for key, value in macros.items()]
 
@@ -205,7 +209,7 @@ def _name(config: Config, nt: int, bias: int, has_ids: bool, packing: Packing = 
     return (f"mxfp4_decode{_packing_name(packing, align)}_n{nt}_r{config.rt}_wn{config.wn}"
             f"_wk{config.wk}_u{config.spans}_d{int(config.double)}"
             f"_s{config.stages}_x{int(config.x_async)}{int(config.x_paired)}{int(x_early(config, nt))}"
-            f"_b{config.min_blocks}{f'_ks{config.k_spans}' if config.k_spans else ''}_{bias}{int(has_ids)}")
+            f"_b{config.min_blocks}{f'_ks{config.k_spans}' if config.k_spans else ''}{'_a2' if config.acc_sets == 2 else ''}_{bias}{int(has_ids)}")
 
 
 def source() -> str:
