@@ -1091,6 +1091,17 @@ BENCHMARKS = (
               "x's slice in shared memory at 32 and 64 tokens: not kept",
               "The same family on gpt-oss's projections and Llama 4096x4096 at 32 and 64 tokens.",
               _mx4_family("x_spans", "The decode kernel with x's slice in shared memory (a build since removed)")),
+    Benchmark("mx4_split_16_h100.json",
+              "tools/bench/mx4_decode_sweep.py --kernels split,candidates --packing decode --tokens 16",
+              "CTAs of many rows with K split across them: not kept",
+              "CTAs of 32 to 256 rows (warps side by side along N sharing x through L1) taking a split of K, so "
+              "that x is read from L2 once for many rows, at 16 tokens.",
+              _mx4_family("k_spans", "The decode kernel with K split across CTAs of many rows")),
+    Benchmark("mx4_split_32_64_h100.json",
+              "tools/bench/mx4_decode_sweep.py --kernels split,candidates --packing decode --tokens 32,64",
+              "CTAs of many rows with K split across them at 32 and 64 tokens: not kept",
+              "The same family on gpt-oss's projections and Llama 4096x4096 at 32 and 64 tokens.",
+              _mx4_family("k_spans", "The decode kernel with K split across CTAs of many rows")),
     Benchmark("mx4_wgmma_cluster_h200.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma --tokens 16,32,64",
               "x shared by a cluster of CTAs: not kept",
               "The warpgroup kernel with x multicast to a thread block cluster of 2 or 4 row tiles, so that each span "
