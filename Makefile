@@ -37,8 +37,7 @@ TORCHTPU_TESTS ?= tests/torchtpu tests/upstream \
 	tests/mx/test_mxfp4_mosaic.py::test_v7_compiles_each_operation_to_one_kernel
 TORCHTPU_PYTEST_ARGS ?=
 
-.PHONY: venv venvs demo docs lint test test-pinned test-pinned-diagnostics test-pinned-rest test-xla28 \
-	test-torch-newest test-torchtpu clean
+.PHONY: venv venvs demo docs lint test test-pinned test-xla28 test-torch-newest test-torchtpu clean
 
 venv: $(STAMP)
 venvs: $(STAMP) $(STAMP_XLA28) $(STAMP_TORCH_NEWEST) $(STAMP_TORCHTPU)
@@ -73,9 +72,7 @@ DEMO_TPU ?= v5e:2x2
 demo: $(STAMP)
 	$(PY) -m xlabridge.cli report --tpu $(DEMO_TPU) --json xlabridge-demo.json --html xlabridge-demo.html -- $(PY) -m xlabridge.examples.demo
 
-# The longest suites first (under -j, make starts prerequisites in this order): the pinned suite in two
-# processes, so that its last minutes do not run alone on one core while the other waits.
-test: lint docs test-pinned-diagnostics test-torchtpu test-pinned-rest test-xla28 test-torch-newest
+test: lint docs test-pinned test-xla28 test-torch-newest test-torchtpu
 
 # The docs site (docs/: Sphinx, MyST Markdown, the API reference from the docstrings), built from
 # scratch (-E) with every warning an error (-W; --keep-going lists them all first). Its code
@@ -91,15 +88,8 @@ lint: $(STAMP)
 	@out="$$($(PY) -m pyflakes $(LINT_PATHS) 2>&1 | grep -v 'imported but unused')"; \
 	if [ -n "$$out" ]; then echo "$$out"; echo "lint: pyflakes found the above"; exit 1; fi
 
-# The whole suite on the pinned environment, as two pytest runs: tests/diagnostics, and the rest.
-PINNED_SPLIT ?= tests/diagnostics
-test-pinned: test-pinned-diagnostics test-pinned-rest
-
-test-pinned-diagnostics: $(STAMP)
-	$(PY) -m pytest $(PINNED_SPLIT) $(PYTEST_ARGS)
-
-test-pinned-rest: $(STAMP)
-	$(PY) -m pytest --ignore=$(PINNED_SPLIT) $(PYTEST_ARGS)
+test-pinned: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-xla28: $(STAMP_XLA28)
 	$(VENV_XLA28)/bin/python -m pytest $(COMPAT_TESTS) $(COMPAT_PYTEST_ARGS) $(PYTEST_ARGS)
