@@ -792,6 +792,17 @@ def _mx4_family(field: str, what: str):
     return render
 
 
+def _family_sweeps(family: str, field: str, title: str, measures: str, what: str) -> list["Benchmark"]:
+    """The two sweeps ``mx4_round.sh`` makes of a decode-kernel family (``--kernels family``): 16 tokens
+    on the single-weight shapes, and 32 and 64 on gpt-oss's projections and Llama 4096x4096."""
+    render = _mx4_family(field, what)
+    command = f"tools/bench/mx4_decode_sweep.py --kernels {family},candidates --packing decode --tokens"
+    return [Benchmark(f"mx4_{family}_16_h100.json", f"{command} 16", f"{title}: not kept", f"{measures}, at 16 tokens.",
+                      render),
+            Benchmark(f"mx4_{family}_32_64_h100.json", f"{command} 32,64", f"{title} at 32 and 64 tokens: not kept",
+                      "The same family on gpt-oss's projections and Llama 4096x4096 at 32 and 64 tokens.", render)]
+
+
 def _mx4_packing(data: dict) -> list[str]:
     spec = lambda c: c.get("packing", "spec") == "spec"  # noqa: E731
     keeps = [spec, lambda c: not spec(c), lambda c: spec(c) and c["kernel"] == "fp4_decode",
@@ -1080,28 +1091,14 @@ BENCHMARKS = (
               "Both kernels on gpt-oss's packed projections at 32 and 64 tokens",
               "Every warpgroup configuration and the tuning's candidates on `Packing.DECODE` weights of gpt-oss's "
               "two projections, where the 64-token column is short of bf16.", _mx4_decode_sweep),
-    Benchmark("mx4_slice_16_h100.json",
-              "tools/bench/mx4_decode_sweep.py --kernels slice,candidates --packing decode --tokens 16",
-              "x's slice in shared memory: not kept",
-              "CTAs of many rows copying their slice of x (K split across CTAs) into shared memory once for all "
-              "their warps, at 16 tokens.",
-              _mx4_family("x_spans", "The decode kernel with x's slice in shared memory (a build since removed)")),
-    Benchmark("mx4_slice_32_64_h100.json",
-              "tools/bench/mx4_decode_sweep.py --kernels slice,candidates --packing decode --tokens 32,64",
-              "x's slice in shared memory at 32 and 64 tokens: not kept",
-              "The same family on gpt-oss's projections and Llama 4096x4096 at 32 and 64 tokens.",
-              _mx4_family("x_spans", "The decode kernel with x's slice in shared memory (a build since removed)")),
-    Benchmark("mx4_split_16_h100.json",
-              "tools/bench/mx4_decode_sweep.py --kernels split,candidates --packing decode --tokens 16",
-              "CTAs of many rows with K split across them: not kept",
-              "CTAs of 32 to 256 rows (warps side by side along N sharing x through L1) taking a split of K, so "
-              "that x is read from L2 once for many rows, at 16 tokens.",
-              _mx4_family("k_spans", "The decode kernel with K split across CTAs of many rows")),
-    Benchmark("mx4_split_32_64_h100.json",
-              "tools/bench/mx4_decode_sweep.py --kernels split,candidates --packing decode --tokens 32,64",
-              "CTAs of many rows with K split across them at 32 and 64 tokens: not kept",
-              "The same family on gpt-oss's projections and Llama 4096x4096 at 32 and 64 tokens.",
-              _mx4_family("k_spans", "The decode kernel with K split across CTAs of many rows")),
+    *_family_sweeps("slice", "x_spans", "x's slice in shared memory",
+                    "CTAs of many rows copying their slice of x (K split across CTAs) into shared memory once for "
+                    "all their warps",
+                    "The decode kernel with x's slice in shared memory (a build since removed)"),
+    *_family_sweeps("split", "k_spans", "CTAs of many rows with K split across them",
+                    "CTAs of 32 to 256 rows (warps side by side along N sharing x through L1) taking a split of K, "
+                    "so that x is read from L2 once for many rows",
+                    "The decode kernel with K split across CTAs of many rows"),
     Benchmark("mx4_wgmma_cluster_h200.json", "tools/bench/mx4_decode_sweep.py --kernels wgmma --tokens 16,32,64",
               "x shared by a cluster of CTAs: not kept",
               "The warpgroup kernel with x multicast to a thread block cluster of 2 or 4 row tiles, so that each span "
